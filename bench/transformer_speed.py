@@ -35,7 +35,7 @@ from gensim.test.utils import datapath
 from index.build.sources import ReadOptions, transformer
 from index.build.writer import build_table
 from index.engine.table import Table
-from index.engine.transformer_encoder import TransformerEncoder
+from index.engine.transformer_encoder import TransformerEncoder, threads
 from index.progress import configure
 from index.store.artifact import GRAPH
 
@@ -84,7 +84,7 @@ class Int8Encoder(TransformerEncoder):
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = int(os.environ.get("EMBEDDING_THREADS", "1"))
+        options.intra_op_num_threads = threads()  # EMBEDDING_THREADS as every reader reads it (index.threads)
         options.log_severity_level = 3
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return onnxruntime.InferenceSession(str(self.graph), options, providers=["CPUExecutionProvider"])

@@ -19,6 +19,7 @@ import gc
 import logging
 import logging.config
 import os
+import re
 import resource
 import shutil
 import signal
@@ -50,6 +51,7 @@ M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc mallopt options (malloc.h)
 # The descriptors a worker holds beside its connections: its tables' mapped files, the logs, pipes, its event loop's
 SPARE_DESCRIPTORS = 128
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+OMP_LEVEL = re.compile(r"[ \t\n\v\f\r]*\+?([0-9]+)[ \t\n\v\f\r]*")  # one level's threads, as libgomp's strtoul reads it
 
 
 class Parser(argparse.ArgumentParser):
@@ -101,12 +103,13 @@ def parser() -> Parser:
     return p
 
 
-def settings_problem(read: Callable[[], object]) -> str:
-    """What is wrong with the settings ``read()`` reads, in one line naming each variable; "" when nothing."""
+def settings_problem(read: Callable[[], object], options: Mapping[str, str] | None = None) -> str:
+    """What is wrong with the settings ``read()`` reads, in one line naming each variable (or the option that gave
+    it: ``options``, setting -> option); "" when nothing."""
     try:
         read()
     except ValidationError as exc:
-        return describe_error(exc)
+        return describe_error(exc, options=options)
     except ValueError as exc:
         return f"invalid settings: {exc}"
     return ""
@@ -226,14 +229,29 @@ def threads_given(environ: Mapping[str, str]) -> int | None:
 
 
 def threads_per_worker(given: int | None) -> int:
-    """EMBEDDING_THREADS (``given``, as the settings read it), else OMP_NUM_THREADS, else 1: a worker answers
-    concurrent requests on several threads, and BLAS threads per request would fight over the cores (concurrent
-    exact queries slow down by orders of magnitude with two each), while a whole analogy batch gains little from a
-    second thread (BENCHMARKS.md)."""
+    """EMBEDDING_THREADS (``given``, as the settings read it), else OMP_NUM_THREADS (``omp_threads``), else 1: a
+    worker answers concurrent requests on several threads, and BLAS threads per request would fight over the cores
+    (concurrent exact queries slow down by orders of magnitude with two each), while a whole analogy batch gains
+    little from a second thread (BENCHMARKS.md). ValueError for an OMP_NUM_THREADS it cannot take."""
     if given is not None:
         return given
-    value = os.environ.get("OMP_NUM_THREADS", "")
-    return int(value) if value.isdigit() and int(value) > 0 else 1
+    value = os.environ.get("OMP_NUM_THREADS")
+    return 1 if value is None else omp_threads(value)
+
+
+def omp_threads(value: str) -> int:
+    """OMP_NUM_THREADS's threads, read as libgomp reads it: positive whole numbers, one per nesting level, comma
+    separated, spaces around each taken (" 4" is 4; "4,2" is 4, the outer level's). What libgomp refuses ("",
+    "0", "4,", "abc"), or more than a worker's bound, ValueError naming the value and the range: libgomp would
+    warn and run on every core, which is what this setting keeps a worker from."""
+    levels = [OMP_LEVEL.fullmatch(level) for level in value.split(",")]
+    numbers = [int(level.group(1)) if level else 0 for level in levels]
+    if min(numbers) < 1 or numbers[0] > threads.MAX_THREADS:
+        raise ValueError(
+            f"OMP_NUM_THREADS={value!r}: must be a whole number from 1 to {threads.MAX_THREADS}, or OpenMP's "
+            "comma-separated list of them whose first is a worker's threads (or set EMBEDDING_THREADS)"
+        )
+    return numbers[0]
 
 
 def tune_malloc() -> None:
@@ -311,25 +329,25 @@ def _main(argv: list[str] | None) -> int:
         "EMBEDDING_LOG_LEVEL": args.log_level,
         "EMBEDDING_LOG_FORMAT": args.log_format,
     }
+    given_by = {}  # setting -> the option that gave it, which a refusal names: the user typed it, not the variable
     for variable, value in overrides.items():
         if value is not None:
             os.environ[variable] = str(value)
+            name = variable.removeprefix("EMBEDDING_").lower()
+            given_by[name] = f"--{name.replace('_', '-')}"
     for line in unknown_variables(os.environ):  # before a refusal: a misspelt variable may be why
         say(line, log_format, logging.WARNING)
     # Before numpy loads (the check of EMBEDDING_TABLES loads it; FAISS the factory), so that BLAS and OpenMP start
     # with this many threads; EMBEDDING_THREADS itself is written only once the settings' check has read it.
-    per_worker = threads_per_worker(threads_given(os.environ))
+    try:
+        per_worker, omp_problem = threads_per_worker(threads_given(os.environ)), ""
+    except ValueError as exc:  # said after the settings' check: a refused EMBEDDING_THREADS, which wins, first
+        per_worker, omp_problem = 1, str(exc)
     for variable in THREAD_VARIABLES:
         os.environ[variable] = str(per_worker)
-    problem = settings_problem(Settings)
+    problem = settings_problem(Settings, given_by) or omp_problem
     if problem:
         say(problem, log_format)
-        return 2
-    if per_worker > threads.MAX_THREADS:  # from OMP_NUM_THREADS: EMBEDDING_THREADS, which takes it, was checked
-        refusal = (
-            f"OMP_NUM_THREADS={per_worker}: at most {threads.MAX_THREADS} threads per worker (or set EMBEDDING_THREADS)"
-        )
-        say(refusal, log_format)
         return 2
     os.environ[threads.VARIABLE] = str(per_worker)
     from service.shard_settings import front_settings  # here: a front's check loads numpy, which reads them

@@ -532,9 +532,15 @@ def memory(limit_files: tuple[Path, ...] = MEMORY_LIMITS) -> int:
     return min(limits)
 
 
-def describe_error(exc: ValidationError, fields: Mapping[str, FieldInfo] = Settings.model_fields) -> str:
-    """One line naming each bad setting by its environment variable, a key read from a file by that file; the value
-    given where the check's own words do not name it (never a key's), and a number's range."""
+def describe_error(
+    exc: ValidationError,
+    fields: Mapping[str, FieldInfo] = Settings.model_fields,
+    *,
+    options: Mapping[str, str] | None = None,
+) -> str:
+    """One line naming each bad setting by its environment variable, a key read from a file by that file, one given
+    by a command-line option by that option (``options``: setting -> option); the value given where the check's own
+    words do not name it (never a key's), and a number's range."""
     files = key_files(KEY_SETTINGS)
     parts = []
     for error in exc.errors():
@@ -544,7 +550,8 @@ def describe_error(exc: ValidationError, fields: Mapping[str, FieldInfo] = Setti
         field = ".".join(str(p) for p in error["loc"])
         name = field.split(".")[0]
         message = error["msg"].removeprefix("Value error, ")
-        variable = files.get(name) or f"EMBEDDING_{name.upper()}{field[len(name) :]}"  # a table's name as given
+        variable = f"EMBEDDING_{name.upper()}{field[len(name) :]}"  # a table's name as given
+        variable = (options or {}).get(name) or files.get(name) or variable
         if error["type"] != "value_error" and name not in KEY_SETTINGS:  # pydantic's words, without the value
             variable += f"={without_passwords(repr(error['input']))}"
             if error["type"] != OUT_OF_RANGE:  # else the check's own words say what the setting takes

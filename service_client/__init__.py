@@ -10,10 +10,13 @@
     async with AsyncClient("http://127.0.0.1:8000") as api:  # asyncio: the same calls, awaited
         await api.neighbors("glove-6b-50d", "heart", k=5)
 
-Every error is raised as :class:`ApiError` (status, code, message, details): the server's answers, and also a
-server that cannot be reached or does not answer in time (status 0), an answer that is not JSON, and text that
-UTF-8 cannot encode (a lone surrogate: 422, not sent). Each call is described once (:mod:`service_client.calls`);
-the two clients only carry its requests.
+Every error of the server or of reaching it is raised as :class:`ApiError` (status, code, message, details): the
+server's answers, and also a server that cannot be reached or does not answer in time (status 0), an answer that is
+not JSON, and text that UTF-8 cannot encode (a lone surrogate: 422, not sent). A misuse of the client itself is a
+``ValueError``, as in the standard library: an address without its scheme, an id twice in one write, a documents
+table searched with ``search`` or ``search_batch`` (``search_documents`` reads its hits), a store's metadata its
+table cannot keep. Each call is described once (:mod:`service_client.calls`); the two clients only carry its
+requests, and raise the same errors.
 """
 
 from __future__ import annotations

@@ -715,7 +715,7 @@ def index_(
             "--min-recall",
             min=0.0,
             max=1.0,
-            help="Refuse the index below this recall@10 (default: the deferring build's, else 0.95).",
+            help="Refuse the index below this recall@10 (default: the table's recorded one, else 0.95).",
         ),
     ] = None,
     budget: Annotated[
@@ -723,7 +723,7 @@ def index_(
         typer.Option(
             "--build-budget",
             min=1,
-            help=f"Seconds auto may spend (default: the deferring build's, else {AUTO_BUDGET_SECONDS:g}).",
+            help=f"Seconds auto may spend (default: the table's recorded ones, else {AUTO_BUDGET_SECONDS:g}).",
         ),
     ] = None,
     quiet: Quiet = False,
@@ -827,21 +827,26 @@ def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     _recovered(data_dir, name)
     from index.store import shardmap
 
-    directory = _table(data_dir, name)  # a version a killed publish had parked is back now
-    manifest = artifact.read_manifest(directory)
-    sharded = shardmap.is_sharded(manifest)
-    result = shardmap.verify(directory) if sharded else artifact.verify(directory)
-    if not result.ok:
-        fail(f"{directory}: " + "; ".join(result.problems))
-    if manifest.get("kind") == "documents" and not sharded:  # the writes a server would replay over it
+    while True:  # again while compactions replace the log being replayed: the newest version, its log
+        directory = _table(data_dir, name)  # a version a killed publish had parked is back now
+        manifest = artifact.read_manifest(directory)
+        sharded = shardmap.is_sharded(manifest)
+        result = shardmap.verify(directory) if sharded else artifact.verify(directory)
+        if not result.ok:
+            fail(f"{directory}: " + "; ".join(result.problems))
+        if manifest.get("kind") != "documents" or sharded:
+            break
         from index.build.compact import check_log
         from index.store import writelog
 
-        path = writelog.log_path(data_dir, name)
+        path = writelog.log_path(data_dir, name)  # the writes a server would replay over it
         if path.exists():
             note(f"replaying its write log {path.name} as a server would ...")
         try:
             check_log(directory, path)
+            break
+        except writelog.LogReplaced as exc:
+            note(f"{exc}; verifying the newest version ...")
         except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
             fail(f"{directory}: its write log {path.name} would refuse it: {exc}")
     typer.echo(f"{name}: ok")

@@ -157,7 +157,8 @@ def index_table(
     budget: float | None = None,
     seed: int | None = None,
 ) -> dict[str, Any]:
-    """Build the index of an existing table (by default the one its build deferred) and publish the new version.
+    """Build the index of an existing table (by default the one its build deferred) and publish the new version;
+    the options not given are the table's own (its deferred build's, else those its manifest records).
 
     The table's other files are linked (or copied) unchanged into the new version; the existing version keeps
     serving until the new one is renamed into place, and stays as it was if anything fails.
@@ -176,9 +177,12 @@ def index_table(
         raise ArtifactError(f"table {name!r}: " + "; ".join(checked.problems))
     vectors = np.load(directory / artifact.VECTORS, mmap_mode="r")
     spec = parse_spec(spec_text, len(vectors), vectors.shape[1])
-    min_recall = min_recall if min_recall is not None else deferred.get("min_recall", 0.95)
-    seed = seed if seed is not None else deferred.get("seed", 0)
-    budget = budget if budget is not None else deferred.get("budget_seconds", AUTO_BUDGET_SECONDS)
+    # An option not given: the deferred build's, else the table's as its manifest's build records them (what a
+    # compaction builds with), else the default.
+    recorded = {**manifest.get("build", {}), **deferred}
+    min_recall = min_recall if min_recall is not None else recorded.get("min_recall", 0.95)
+    seed = seed if seed is not None else recorded.get("seed", 0)
+    budget = budget if budget is not None else recorded.get("budget_seconds", AUTO_BUDGET_SECONDS)
     built = build_and_measure(vectors, spec, min_recall=min_recall, seed=seed, budget=budget)
     note(f"writing the new version of {directory} ...")
 

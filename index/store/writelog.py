@@ -74,6 +74,11 @@ class LogWriteFailed(ArtifactError):
     """A record could not be written (a full disk, a file size limit): nothing of it is left in the log."""
 
 
+class LogReplaced(ArtifactError):
+    """The log file :func:`read_pieces` read was emptied under it, its records not all read: a compaction's cut
+    replaced it, then a second cut or a write on a full disk (:func:`empty_replaced`) emptied it."""
+
+
 @dataclass(frozen=True)
 class Record:
     seq: int
@@ -482,19 +487,26 @@ def recover_pieces(path: Path) -> Generator[list[Record]]:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):  # EPERM: an immutable log
             raise
         end, reader = _checked(path, writable=False)  # a replica on a read-only mount: it reads, the writer cuts
-    yield from _checked_pieces(path, end, reader)
+    yield from _checked_pieces(path, end, reader, emptied_ends=True)
 
 
-def _checked_pieces(path: Path, end: int, reader: int) -> Generator[list[Record]]:
+def _checked_pieces(path: Path, end: int, reader: int, emptied_ends: bool) -> Generator[list[Record]]:
     """The records of the log at ``path`` up to ``end``, its frames checked (:func:`_checked`), read from ``reader``
-    without the lock, a piece at a time; ``reader`` is closed after."""
+    without the lock, a piece at a time; ``reader`` is closed after. A file emptied under it (a second cut) ends
+    the reading (``emptied_ends``: a load, which tells by the log's inode) or raises :class:`LogReplaced`."""
     try:
-        for records, at, problem in _scan_file(reader, log_owner(path), end):
-            # the checked frames changed under it; a short read of a file emptied under it (a second cut) just ends
+        reached = 0
+        for records, reached, problem in _scan_file(reader, log_owner(path), end):
+            # the checked frames changed under it; a short read of a file emptied under it (a second cut) ends here
             if problem is not None and os.fstat(reader).st_size >= end:
-                raise LogCorrupt(f"record at byte {at} is damaged: {problem}")
+                raise LogCorrupt(f"record at byte {reached} is damaged: {problem}")
             if records:
                 yield records
+        if reached < end and not emptied_ends:
+            raise LogReplaced(
+                f"write log {path.name} was emptied while it was read (at byte {reached} of {end}): compactions "
+                "replaced it meanwhile"
+            )
     finally:
         os.close(reader)
 
@@ -509,10 +521,19 @@ def _checked(path: Path, writable: bool) -> tuple[int, int]:
 
 
 def _recovered_end(fd: int, path: Path, cut: bool) -> int:
-    """Where the last good record of the log open (and locked) as ``fd`` ends, its frames checked without their
-    payloads: a torn or corrupt tail is cut there (with ``cut``; else left, not read), with a warning naming the
-    bytes lost and the last good record; :class:`LogCorrupt` for a damaged record with good ones after it."""
-    last, end = "no record", 0
+    """Where the last good record of the log open (and locked) as ``fd`` ends (:func:`_recovered_frames`)."""
+    end = 0
+    for records in _recovered_frames(fd, path, cut):
+        end = records[-1].end if records else end
+    return end
+
+
+def _recovered_frames(fd: int, path: Path, cut: bool) -> Iterator[list[Record]]:
+    """The good records of the log open (and locked) as ``fd``, a piece at a time, their frames checked without
+    their payloads: a torn or corrupt tail is cut after the last (with ``cut``; else left, not read), with a warning
+    naming the bytes lost and the last good record; :class:`LogCorrupt` for a damaged record with good ones after
+    it. What a load's check and a compaction's cut (:func:`cut`) both do."""
+    last = "no record"
     for records, end, problem in _scan_file(fd, None, body=False):
         last = f"sequence number {records[-1].seq}" if records else last
         if problem is not None:
@@ -522,7 +543,7 @@ def _recovered_end(fd: int, path: Path, cut: bool) -> int:
             if cut:
                 os.ftruncate(fd, end)
                 os.fsync(fd)
-    return end
+        yield records
 
 
 def check_writable(path: Path) -> None:
@@ -540,10 +561,13 @@ def read_pieces(path: Path) -> Generator[list[Record]]:
     """The good records of the log at ``path`` (none if there is none), a piece of the log at a time, read only, as
     a replica on a read-only mount reads them in :func:`recover_pieces`: the frames checked under a shared lock, the
     records parsed without it; a torn tail is left for its writer to cut (with a warning); :class:`LogCorrupt` for a
-    damaged record in the middle."""
+    damaged record in the middle. One cut meanwhile leaves the file read whole (kept as the replaced file); a second
+    one, or a write on a full disk, empties it, which raises :class:`LogReplaced` rather than end early: ``verify``
+    then checks the newest version again; an import's checks, under the publish lock, which no second cut passes
+    (a cut follows its compaction's publish), refuse the import then, nothing replaced."""
     if not path.is_file():
         return
-    yield from _checked_pieces(path, *_checked(path, writable=False))
+    yield from _checked_pieces(path, *_checked(path, writable=False), emptied_ends=False)
 
 
 def read_new(path: Path, start: int, previous: int, inode: int | None) -> tuple[list[Record], int, int]:
@@ -718,13 +742,10 @@ def cut(path: Path, covered: int) -> int:
         total, kept, end = 0, 0, 0  # the records read, those after ``covered``, the end of the last
         first: int | None = None  # where the first to keep starts
         # The frames alone, no payload parsed (the writes waiting for the lock wait for that, as for a load's check);
-        # damage with good records after it: LogCorrupt
-        for records, end, problem in _scan_file(fd, None, body=False):
-            if problem is not None:  # a torn tail (a writer killed in a record since the compaction read the log)
-                size = os.fstat(fd).st_size
-                log.warning("write log %s: cut %d bytes at byte %d (%s)", path, size - end, end, problem)
-                os.ftruncate(fd, end)
-                os.fsync(fd)
+        # a torn tail (a writer killed in a record since the compaction read the log) cut as a load cuts it; damage
+        # with good records after it: LogCorrupt
+        for records in _recovered_frames(fd, path, cut=True):
+            end = records[-1].end if records else end
             total += len(records)
             kept += sum(r.seq > covered for r in records)
             if first is None:

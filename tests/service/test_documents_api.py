@@ -209,7 +209,9 @@ def test_word_tables_refuse_document_options(api: Any) -> None:
 def test_the_python_clients_word_search_of_a_documents_table_says_which_method_reads_its_hits(
     base: str, lee_docs: Lee
 ) -> None:
-    from service_client import AsyncClient, Client
+    """A misuse of the client, as its docstring says: a ValueError naming the method to use, not an ApiError, from
+    both clients."""
+    from service_client import ApiError, AsyncClient, Client
 
     vector = lee_docs.unit()[3].tolist()
     with Client(base) as api:
@@ -219,12 +221,14 @@ def test_the_python_clients_word_search_of_a_documents_table_says_which_method_r
             api.search_batch("lee", [vector, vector], k=2)
         assert api.search_documents("lee", vector=vector, k=1).hits[0].id == lee_docs.ids[3]
 
-    async def searched() -> None:
+    async def searched(batch: bool) -> None:
         async with AsyncClient(base) as api:
-            await api.search("lee", vector, k=2)
+            await (api.search_batch("lee", [vector], k=2) if batch else api.search("lee", vector, k=2))
 
-    with pytest.raises(ValueError, match="search_documents"):
-        asyncio.run(searched())
+    for batch in (False, True):  # the same misuse, the same error as the sync client's (the docstring's contract)
+        with pytest.raises(ValueError, match="'lee' holds documents: search it with search_documents") as info:
+            asyncio.run(searched(batch))
+        assert not isinstance(info.value, ApiError)
 
 
 def test_the_python_client_searches_documents(base: str, lee_docs: Lee) -> None:

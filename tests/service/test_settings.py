@@ -383,8 +383,7 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
     clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert serve.main(["--data-dir", "/no/such/dir"]) == 2
-    refused = errors(capsys)
-    assert len(refused) == 1 and "EMBEDDING_DATA_DIR" in refused[0] and "/no/such/dir" in refused[0]
+    assert errors(capsys) == ["embedding-serve: invalid settings: --data-dir: /no/such/dir is not a directory"]
     assert serve.main(["--workers", "0"]) == 2
     capsys.readouterr()
     assert serve.main(["--port", "84246"]) == 2  # past 65535: refused, not wrapped round to another port
@@ -395,10 +394,10 @@ def test_embedding_serve_exits_non_zero_on_bad_settings(
         assert "EMBEDDING_THREADS" in capsys.readouterr().err
     clean_env.delenv("EMBEDDING_THREADS")
     assert serve.main(["--data-dir", "/tmp", "--threads", "0"]) == 2
-    assert "EMBEDDING_THREADS" in capsys.readouterr().err
+    assert "--threads='0'" in capsys.readouterr().err
     clean_env.delenv("EMBEDDING_THREADS")  # the option is passed on as the variable
     assert serve.main(["--data-dir", ""]) == 2  # not the working directory
-    assert "EMBEDDING_DATA_DIR: is empty" in capsys.readouterr().err
+    assert "--data-dir: is empty" in capsys.readouterr().err
 
 
 def test_an_empty_host_is_refused_not_every_interface(
@@ -718,6 +717,35 @@ def test_the_documented_refusals_print_what_the_docs_show(tmp_path: Path) -> Non
         assert (done.returncode, real) == (2, shown), (page, command)
 
 
+def test_a_refusal_names_the_option_that_gave_the_setting(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--data-dir ""`` was refused as "EMBEDDING_DATA_DIR: is empty", a variable the user had not set: a setting
+    an option gave is named by that option, one the environment gave by its variable, both in one line."""
+    for variable in serve.THREAD_VARIABLES:  # main sets them: undone after the test
+        clean_env.setenv(variable, "1")
+    clean_env.setenv("EMBEDDING_DATA_DIR", "")
+    assert serve.main(["--data-dir", "", "--port", "0"]) == 2
+    assert errors(capsys) == [
+        "embedding-serve: invalid settings: --data-dir: is empty: name a directory (the default is ./data)"
+    ]
+    clean_env.setenv("EMBEDDING_DATA_DIR", "")  # main wrote the option's value there: the environment's again
+    assert serve.main(["--port", "0"]) == 2
+    assert errors(capsys) == [
+        "embedding-serve: invalid settings: EMBEDDING_DATA_DIR: is empty: name a directory (the default is ./data)"
+    ]
+    clean_env.setenv("EMBEDDING_DATA_DIR", str(tmp_path))
+    clean_env.setenv("EMBEDDING_MAX_K", "0")
+    for written in ("EMBEDDING_TABLES", "EMBEDDING_THREADS"):  # main writes the options there: undone after the test
+        clean_env.setenv(written, "")
+    assert serve.main(["--threads", "0", "--tables", " , ", "--port", "0"]) == 2
+    assert errors(capsys) == [
+        "embedding-serve: invalid settings: --tables: give at least one table name, or leave it unset to load every "
+        "table; EMBEDDING_MAX_K='0': must be a whole number from 1 to 100000; --threads='0': must be a whole number "
+        "from 1 to 512"
+    ]
+
+
 def test_threads_per_worker(clean_env: pytest.MonkeyPatch) -> None:
     assert serve.threads_per_worker(None) == 1
     clean_env.setenv("OMP_NUM_THREADS", "3")
@@ -802,6 +830,12 @@ def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.M
     assert started == [(2, "2")] * 4
 
 
+OMP_REFUSAL = (
+    "must be a whole number from 1 to 512, or OpenMP's comma-separated list of them whose first is a worker's "
+    "threads (or set EMBEDDING_THREADS)"
+)
+
+
 def test_omp_threads_past_the_bound_are_refused_in_one_line(
     clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -812,12 +846,63 @@ def test_omp_threads_past_the_bound_are_refused_in_one_line(
         clean_env.setenv(variable, "1")
     clean_env.setenv("OMP_NUM_THREADS", "1000")
     assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+    assert errors(capsys) == [f"embedding-serve: OMP_NUM_THREADS='1000': {OMP_REFUSAL}"]
+    clean_env.setenv("EMBEDDING_THREADS", "0")  # which wins: its own refusal, not OMP_NUM_THREADS's
+    assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
     assert errors(capsys) == [
-        "embedding-serve: OMP_NUM_THREADS=1000: at most 512 threads per worker (or set EMBEDDING_THREADS)"
+        "embedding-serve: invalid settings: EMBEDDING_THREADS='0': must be a whole number from 1 to 512"
     ]
-    clean_env.setenv("EMBEDDING_THREADS", "2")  # which wins
+    clean_env.setenv("EMBEDDING_THREADS", "2")
     with pytest.raises(SystemExit, match="3"):
         serve.main(["--data-dir", str(tmp_path), "--port", "0"])
+
+
+# OMP_NUM_THREADS as given: libgomp's reading of each (spaces around a number, a list's first number) or its refusal
+OMP_VALUES = (" 4", "4,2", "4 , 2", "\t3\n", "+3", "4, +2", "2,1,1", "", " ", "0", "-1", "abc", "4,", "4,,2", "4,0")
+
+
+def test_omp_threads_are_read_as_libgomp_reads_them(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OMP_NUM_THREADS=" 4" or "4,2" (OpenMP's list, one number per nesting level) gave a worker 1 thread without a
+    word. Each value is read as FAISS's own OpenMP runtime reads it, in a process of its own: the same number of
+    threads, or a refusal in one line where the runtime calls the value invalid (and would run on every core)."""
+    for value in OMP_VALUES:
+        done = subprocess.run(
+            [sys.executable, "-c", "import faiss; print(faiss.omp_get_max_threads())"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env={**os.environ, "OMP_NUM_THREADS": value},
+        )
+        if "Invalid value for environment variable OMP_NUM_THREADS" in done.stderr:
+            with pytest.raises(ValueError) as info:
+                serve.omp_threads(value)
+            assert str(info.value) == f"OMP_NUM_THREADS={value!r}: {OMP_REFUSAL}"
+        else:
+            assert serve.omp_threads(value) == int(done.stdout), repr(value)
+    assert [serve.omp_threads(value) for value in (" 4", "4,2", "\t3\n")] == [4, 4, 3]  # the runtime took them
+
+    started: list[tuple[int | None, str]] = []
+
+    def stop(settings: Settings) -> None:  # what follows the threads' setting
+        started.append((settings.threads, os.environ["OMP_NUM_THREADS"]))
+        sys.exit(3)
+
+    clean_env.setattr(serve, "start_deferred_builds", stop)
+    for variable in serve.THREAD_VARIABLES:  # main sets them: undone after the test
+        clean_env.setenv(variable, "1")
+    for value in (" 3", "4,2"):
+        clean_env.delenv("EMBEDDING_THREADS", raising=False)  # main writes it
+        clean_env.setenv("OMP_NUM_THREADS", value)
+        with pytest.raises(SystemExit, match="3"):
+            serve.main(["--data-dir", str(tmp_path), "--port", "0"])
+    assert started == [(3, "3"), (4, "4")]
+    clean_env.delenv("EMBEDDING_THREADS")
+    clean_env.setenv("OMP_NUM_THREADS", "4,")
+    assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2
+    assert errors(capsys) == [f"embedding-serve: OMP_NUM_THREADS='4,': {OMP_REFUSAL}"]
 
 
 def test_blas_starts_with_the_threads_setting_when_tables_are_named(tmp_path: Path) -> None:

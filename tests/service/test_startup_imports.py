@@ -170,8 +170,8 @@ def test_a_refusal_imports_no_numpy_and_leaves_the_collector_on(tmp_path: Path) 
     cases = [("/no/such/dir", {}), (str(tmp_path), {"EMBEDDING_SHARDS": "nonsense"})]
     done = fresh_interpreter(REFUSED.format(cases=cases))
     assert done.stdout.strip() == "[2, 2] [] True", (done.stdout, done.stderr[-3000:])
-    refusals = done.stderr.splitlines()  # one line each, naming the variable
-    assert len(refusals) == 2 and "EMBEDDING_DATA_DIR" in refusals[0] and "EMBEDDING_SHARDS" in refusals[1], refusals
+    refusals = done.stderr.splitlines()  # one line each, naming the option or the variable
+    assert len(refusals) == 2 and "--data-dir" in refusals[0] and "EMBEDDING_SHARDS" in refusals[1], refusals
 
 
 # What SIGHUP does at the moments of a start-up with workers: when the deferred index builds start (one sends SIGHUP

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -507,6 +509,48 @@ def test_verify_says_that_it_replays_the_write_log(lee_data_dir: Path, lee_docs:
     with progress_lines() as stream:
         verify("lee", data_dir=data, quiet=False)
     assert stream.getvalue().splitlines() == ["embedding-index: replaying its write log lee.log as a server would ..."]
+
+
+def test_verify_checks_the_newest_version_when_compactions_replace_the_log_it_replays(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two compactions during verify's replay empty the log file it reads: it ended there and said "ok" of a log
+    it had not read whole. It says so (writelog.LogReplaced) and verifies the table again, its newest version."""
+    from index.build.compact import compact
+
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    with writelog.appending(path) as log:
+        for seq in (1, 2, 3):
+            log.append(seq, {"op": "delete", "ids": [lee_docs.ids[seq]]})
+    monkeypatch.setattr(writelog, "READ_BYTES", 64)  # a piece a record: the replay is under way after the first
+    real, reads = writelog.read_pieces, []
+
+    def read_pieces(log_file: Path) -> Iterator[list[writelog.Record]]:
+        reads.append(log_file)
+        pieces = real(log_file)
+        if len(reads) == 1:  # two compactions, a write between them, once the replay is under way
+            yield next(pieces)
+            assert compact(data, "lee")["written"] == 3
+            with writelog.appending(path) as log:
+                log.append(4, {"op": "delete", "ids": [lee_docs.ids[4]]})
+            assert compact(data, "lee")["written"] == 1
+        yield from pieces
+
+    monkeypatch.setattr(writelog, "read_pieces", read_pieces)
+    with progress_lines() as stream:
+        verify("lee", data_dir=data, quiet=False)
+    lines = [line for line in stream.getvalue().splitlines() if "its write log" in line or "emptied" in line]
+    assert len(reads) == 2 and lines[0] == lines[-1] == (
+        "embedding-index: replaying its write log lee.log as a server would ..."
+    )
+    assert re.fullmatch(
+        r"embedding-index: write log lee\.log was emptied while it was read \(at byte \d+ of \d+\): compactions "
+        r"replaced it meanwhile; verifying the newest version \.\.\.",
+        lines[1],
+    ), lines
+    assert artifact.read_manifest(data / "lee")["log_sequence"] == 4
 
 
 # ---------------------------------------------------------------------- the import runs of docs/builder.md

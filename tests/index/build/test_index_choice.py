@@ -317,6 +317,34 @@ def test_deferred_index_is_built_later_and_published_atomically(tmp_path: Path) 
     assert recall_against_brute_force(table, matrix, np.arange(0, 6_000, 20)) >= 0.95
 
 
+def test_index_keeps_the_recorded_options_it_is_not_given(tmp_path: Path) -> None:
+    """``embedding-index index TABLE`` without --min-recall or --build-budget recorded the defaults (0.95, 900; seed 0)
+    in the manifest's build, which the next compaction builds with: a table imported with --min-recall 0.5 was
+    compacted at 0.95. The options not given keep the table's recorded ones; those given replace them."""
+    spec = "ivf:nlist=16,nprobe=16"
+    build_table(
+        raw_table(clustered(3_000, 8)),
+        data_dir=tmp_path,
+        name="t",
+        source={"format": "test"},
+        index_spec=spec,
+        min_recall=0.5,
+        seed=7,
+        budget=60,
+        params={"index": spec, "min_recall": 0.5, "seed": 7, "budget_seconds": 60},  # what the command line records
+    )
+    done = run_cli("index", "t", "--data-dir", tmp_path, "--index", spec)
+    assert done.code == 0, done.err
+    build = Table.load(tmp_path / "t").manifest["build"]
+    assert build == {"index": spec, "min_recall": 0.5, "seed": 7, "budget_seconds": 60}
+    done = run_cli("index", "t", "--data-dir", tmp_path, "--min-recall", "0.6", "--build-budget", "30")
+    assert done.code == 0, done.err
+    build = Table.load(tmp_path / "t").manifest["build"]
+    assert build == {"index": "auto", "min_recall": 0.6, "seed": 7, "budget_seconds": 30}
+    build = index_table(tmp_path, "t", index_spec=spec, seed=3)["build"]  # the command takes no --seed: its function
+    assert build == {"index": spec, "min_recall": 0.6, "seed": 3, "budget_seconds": 30}
+
+
 def test_a_failed_index_build_leaves_the_table_as_it_was(tmp_path: Path) -> None:
     build_table(
         raw_table(clustered(3_000, 8)),

@@ -223,6 +223,28 @@ def test_a_read_only_reader_lets_a_writer_append_while_it_parses(
     assert [r.seq for r in read_only(path)] == [1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("cuts", [1, 2])
+def test_a_read_only_reader_says_when_the_file_it_reads_is_emptied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cuts: int
+) -> None:
+    """read_pieces behind a compaction's cut reads the replaced file whole; a second cut empties that file, and the
+    reader stopped there as if the log ended, so ``verify`` said a log was good that it had not read whole. It now
+    raises LogReplaced, naming where it stopped."""
+    monkeypatch.setattr(writelog, "READ_BYTES", 256)  # a piece a record: the read is under way after the first
+    path = tmp_path / "t.log"
+    write(path, 8)
+    pieces = writelog.read_pieces(path)
+    given = [r.seq for r in next(pieces)]
+    assert writelog.cut(path, 4) == 4  # a compaction folded 1..4: the file being read is the replaced one now
+    write(path, 2, first=9)
+    if cuts == 1:
+        assert given + [r.seq for piece in pieces for r in piece] == list(range(1, 9))
+        return
+    assert writelog.cut(path, 9) == 1  # another: the file being read is emptied
+    with pytest.raises(writelog.LogReplaced, match=r"t\.log was emptied while it was read \(at byte \d+ of \d+\)"):
+        list(pieces)
+
+
 def test_a_gap_in_the_sequence_is_damage(tmp_path: Path) -> None:
     path = tmp_path / "t.log"
     write(path, 2)

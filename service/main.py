@@ -232,11 +232,12 @@ def threads_per_worker(given: int | None) -> int:
     """EMBEDDING_THREADS (``given``, as the settings read it), else OMP_NUM_THREADS (``omp_threads``), else 1: a
     worker answers concurrent requests on several threads, and BLAS threads per request would fight over the cores
     (concurrent exact queries slow down by orders of magnitude with two each), while a whole analogy batch gains
-    little from a second thread (BENCHMARKS.md). ValueError for an OMP_NUM_THREADS it cannot take."""
+    little from a second thread (BENCHMARKS.md). An empty OMP_NUM_THREADS is unset (as an environment file's
+    ``OMP_NUM_THREADS=`` means); ValueError for one it cannot take."""
     if given is not None:
         return given
-    value = os.environ.get("OMP_NUM_THREADS")
-    return 1 if value is None else omp_threads(value)
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return omp_threads(value) if value.strip() else 1
 
 
 def omp_threads(value: str) -> int:

@@ -893,12 +893,12 @@ def test_omp_threads_are_read_as_libgomp_reads_them(
     clean_env.setattr(serve, "start_deferred_builds", stop)
     for variable in serve.THREAD_VARIABLES:  # main sets them: undone after the test
         clean_env.setenv(variable, "1")
-    for value in (" 3", "4,2"):
+    for value in (" 3", "4,2", "", " "):  # empty: unset, as an environment file's OMP_NUM_THREADS= means
         clean_env.delenv("EMBEDDING_THREADS", raising=False)  # main writes it
         clean_env.setenv("OMP_NUM_THREADS", value)
         with pytest.raises(SystemExit, match="3"):
             serve.main(["--data-dir", str(tmp_path), "--port", "0"])
-    assert started == [(3, "3"), (4, "4")]
+    assert started == [(3, "3"), (4, "4"), (1, "1"), (1, "1")]
     clean_env.delenv("EMBEDDING_THREADS")
     clean_env.setenv("OMP_NUM_THREADS", "4,")
     assert serve.main(["--data-dir", str(tmp_path), "--port", "0"]) == 2

@@ -50,6 +50,7 @@ from bench.common import (
     run_child,
     serve,
     server_env,
+    set_ef_search,
     target,
 )
 from bench.neighbours import timed
@@ -128,7 +129,7 @@ def sweep(table: Table, queries: np.ndarray, kth: np.ndarray, quick: bool) -> li
     and p50 per efSearch, up to recall 0.999."""
     out = []
     for ef in EF_SEARCH[:2] if quick else EF_SEARCH:
-        table.index.hnsw.efSearch = ef
+        set_ef_search(table, ef)
         _, found = table.knn(queries, K)
         recall = recall_of(queries, table.vectors, kth, found)
         ms = latencies(table, queries[:100], exact=False)
@@ -173,7 +174,7 @@ def measure_cell(ctx: Context, dim: int, rows: int) -> dict[str, Any]:
         recall = sweep(hnsw, queries, kth_scores(scores), ctx.quick)
         good = [r for r in recall if r["recall_at_10"] >= RECALL_GOAL]
         chosen = good[0]["efSearch"] if good else recall[-1]["efSearch"]
-        hnsw.index.hnsw.efSearch = chosen
+        set_ef_search(hnsw, chosen)
         probes = queries[: 20 if ctx.quick else 200]
         rounds: dict[str, list[float]] = {"flat": [], "hnsw": []}
         for r in range(ctx.rounds):

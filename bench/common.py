@@ -139,6 +139,12 @@ class Stages:
         self._clock = now
 
 
+def set_ef_search(table: Any, ef_search: int) -> None:
+    """Search ``table``'s HNSW graph (an ``index.engine.table.Table``) as a table loaded with ``ef_search`` searches
+    it: the graph's efSearch, and the candidates the table asks of it and scores (``Table.search_width``)."""
+    table.index.hnsw.efSearch = table.search_width = ef_search
+
+
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 

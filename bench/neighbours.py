@@ -33,6 +33,7 @@ from bench.common import (
     percentile,
     serve,
     server_env,
+    set_ef_search,
     target,
     wait_idle,
     wrk_path,
@@ -149,13 +150,13 @@ def recall_sweep(ctx: Context, table: Table, words: list[tuple[str, int]]) -> li
     out = []
     try:
         for ef in EF_SEARCH[:3] if ctx.quick else EF_SEARCH:
-            table.index.hnsw.efSearch = ef
+            set_ef_search(table, ef)
             found = np.array([[j for j, _ in answer] for answer in table.search(vectors, K, exclude=exclude)])
             recall = tied_recall(vectors, np.asarray(table.vectors), kth, found, K)
             ms = [timed(lambda v=v: table.search(v[None, :], K)) * 1000 for v in vectors[:200]]
             out.append({"efSearch": ef, "recall_at_10": round(recall, 4), "p50_ms": percentile(ms, 50)})
     finally:
-        table.index.hnsw.efSearch = saved
+        set_ef_search(table, saved)
     return out
 
 

@@ -268,15 +268,24 @@ def index_top(
 
 
 def index_knn(
-    index: faiss.Index, queries: np.ndarray, k: int, width: int | None, vectors: np.ndarray, rerank: int = 1
+    index: faiss.Index,
+    queries: np.ndarray,
+    k: int,
+    width: int | None,
+    vectors: np.ndarray,
+    rerank: int = 1,
+    scored: np.ndarray | None = None,
 ) -> Hits:
     """The top-``k`` (scores, ids) of unit ``queries`` from ``index`` (``k`` at most its rows) as a table answers
     them (``Table.knn``), and as the builder measures its recall: :func:`index_top` ``width`` wide (an HNSW graph's
-    efSearch, :func:`search_width`; None for any other index), a graph asked for more than ``width`` searched ``k``
+    efSearch, :func:`search_width`; None for any other index), its candidates scored on ``scored`` (the same rows
+    as ``vectors``, a graph's own copy: :func:`graph_rows`), a graph asked for more than ``width`` searched ``k``
     wide (:func:`deep_params`), and any query the index leaves short of ``k`` (an inverted file's probed lists, a
-    widened graph's walk) searched again exactly on the unit rows ``vectors``."""
+    widened graph's walk) searched again exactly on the unit rows ``vectors``, to the exact search's bits (a mapped
+    graph's copy starts at an offset of its file that is no multiple of 4 bytes: one query's product over it is
+    summed otherwise)."""
     deep = deep_params(index, k) if width is not None and k > width else None
-    scores, ids = index_top(index, queries, k, width or k, vectors, rerank, deep)
+    scores, ids = index_top(index, queries, k, width or k, vectors if scored is None else scored, rerank, deep)
     if (deep is not None or width is None) and len(short := np.flatnonzero(ids[:, k - 1] < 0)):
         scores[short], ids[short] = exact_knn(queries[short], vectors, k)
     return scores, ids

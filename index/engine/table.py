@@ -443,7 +443,7 @@ class Table:
         k = min(k, limit)
         if options.exact or self.index is None or limit < self.rows:
             return exact_knn(queries, self.vectors[:limit], k)
-        return index_knn(self.index, queries, k, self.search_width, self.scored_rows, self.rerank)
+        return index_knn(self.index, queries, k, self.search_width, self.vectors, self.rerank, self.scored_rows)
 
     def _filtered_knn(self, queries: np.ndarray, k: int, options: SearchOptions, rows: RowSet) -> Hits:
         """The ``k`` best of ``rows`` (all of them when fewer pass): from the approximate index told to keep to

@@ -162,8 +162,8 @@ def test_a_re_ranked_index_of_codes_keeps_equal_scores_by_row_at_the_kth_place()
 
 def test_a_flat_graph_s_candidates_are_scored_on_its_own_rows_to_the_same_bits() -> None:
     """An HNSW graph over the rows holds a copy of them, read by its search just before the candidates are scored:
-    they are scored there, to the same scores and order as on the table's rows. A graph behind a transform, or
-    whose rows are not the table's, scores on the table's rows."""
+    they are scored there, to the same scores and order as on the table's rows. A graph behind a transform or an
+    id map, or whose rows are not the table's, scores on the table's rows."""
     matrix = rows(2_000)
     graph = faiss.index_factory(50, "HNSW8", faiss.METRIC_INNER_PRODUCT)
     graph.add(matrix)
@@ -179,6 +179,9 @@ def test_a_flat_graph_s_candidates_are_scored_on_its_own_rows_to_the_same_bits()
     transformed.train(matrix)
     transformed.add(matrix)
     assert graph_rows(transformed, matrix) is matrix and graph_rows(None, matrix) is matrix
+    mapped = faiss.index_factory(50, "IDMap,HNSW8", faiss.METRIC_INNER_PRODUCT)  # its rows' ids are not their places
+    mapped.add_with_ids(matrix, np.arange(len(matrix))[::-1].copy())
+    assert graph_rows(mapped, matrix) is matrix
     short, renormalised, reordered = matrix[:100], matrix * np.float32(1.0000001), matrix[::-1].copy()
     for other in (short, renormalised, reordered):
         assert graph_rows(graph, other) is other

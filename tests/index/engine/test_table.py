@@ -205,6 +205,23 @@ def test_an_ivf_search_left_short_is_searched_exactly(tmp_path: Path) -> None:
     np.testing.assert_array_equal(scores, exact_scores)
 
 
+def test_a_widened_graph_search_left_short_answers_the_exact_search_s_scores(glove_raw, tmp_path: Path) -> None:
+    """A graph asked for all its rows is searched that wide and still leaves the query short: the exact search
+    answers it, on the table's rows, to the bit. The graph's own copy of the rows (``Table.scored_rows``) sits at
+    an offset in the index file that is no multiple of a float's size, and one query's product over it sums
+    otherwise (a few of the 3,000 scores 1e-7 apart)."""
+    raw = RawTable(tokens=list(glove_raw.tokens[:3_000]), matrix=np.array(glove_raw.matrix[:3_000]))
+    spec = "hnsw:M=4,efConstruction=40,efSearch=16"
+    build_table(raw, data_dir=tmp_path, name="t", source={}, index_spec=spec, min_recall=0)
+    table = Table.load(tmp_path / "t")
+    assert table.scored_rows is not table.vectors and not table.scored_rows.flags.aligned
+    for query in table.vectors[:3, None]:
+        scores, ids = table.knn(query, table.rows)
+        exact_scores, exact_ids = table.knn(query, table.rows, SearchOptions(exact=True))
+        np.testing.assert_array_equal(ids, exact_ids)
+        np.testing.assert_array_equal(scores, exact_scores)
+
+
 @pytest.mark.parametrize("spec", ["ivf", "IVF16,PQ10x4"])
 def test_an_inverted_file_table_answers_the_exact_search_s_scores(glove_raw, spec: str, tmp_path: Path) -> None:
     """An IVF table's hits carry the scores the exact search gives the same rows, to the bit (FAISS's own sums

@@ -141,8 +141,12 @@ class Stages:
 
 def set_ef_search(table: Any, ef_search: int) -> None:
     """Search ``table``'s HNSW graph (an ``index.engine.table.Table``) as a table loaded with ``ef_search`` searches
-    it: the graph's efSearch, and the candidates the table asks of it and scores (``Table.search_width``)."""
-    table.index.hnsw.efSearch = table.search_width = ef_search
+    it: the graph's efSearch, wherever in the index the graph is (as the load sets it), and the candidates the
+    table asks of it and scores (``Table.search_width``)."""
+    from index.engine.knn import set_search_params  # FAISS: only for the benchmarks that search a graph
+
+    set_search_params(table.index, ef_search=ef_search)
+    table.search_width = ef_search
 
 
 def median(values: Sequence[float]) -> float:

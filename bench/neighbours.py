@@ -139,14 +139,14 @@ def in_process(ctx: Context, table: Table, kv: Any, words: list[tuple[str, int]]
 def recall_sweep(ctx: Context, table: Table, words: list[tuple[str, int]]) -> list[dict[str, Any]]:
     """recall@10 of the HNSW index against exact search (query words left out, as in answers; a row tying the
     exact 10th counts, as in the builder's) per efSearch."""
-    if table.index is None:
+    if table.search_width is None:  # no graph: exact search, or an inverted file
         return []
     queries = words[: 100 if ctx.quick else 1000]
     ids = [i for _, i in queries]
     vectors = np.vstack([table.mean_query([i]) for i in ids])
     exclude = [{i} for i in ids]
     kth = np.array([answer[-1][1] for answer in table.search(vectors, K, exact=True, exclude=exclude)], np.float32)
-    saved = table.index.hnsw.efSearch
+    saved = table.search_width
     out = []
     try:
         for ef in EF_SEARCH[:3] if ctx.quick else EF_SEARCH:
@@ -466,7 +466,7 @@ def run(ctx: Context) -> dict[str, Any]:
     good = [x["efSearch"] for x in sweep if x["recall_at_10"] >= 0.99]
     tuned = tuning(ctx, words, good[0] if good else 64)
     command = ctx.bench_command("neighbours")
-    ef = table.index.hnsw.efSearch if table.index is not None else None
+    ef = table.search_width
 
     targets = targets_of(http, proc, command)
     return {

@@ -55,3 +55,20 @@ def test_the_growth_sweep_searches_each_efsearch_wide(graph: Table, monkeypatch:
     swept = growth.sweep(graph, queries, unreachable, quick=True)
     assert [row["efSearch"] for row in swept] == [16, 32]
     assert sorted(set(asked)) == [16, 32], sorted(set(asked))
+
+
+def test_the_neighbours_sweep_searches_a_graph_behind_a_transform(
+    tmp_path: Path, glove_raw: RawTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table's graph behind a transform (``L2norm,HNSW8``, tuned as any graph) has no ``hnsw`` of its own: the
+    sweep set efSearch on ``table.index.hnsw`` and stopped at an AttributeError. It sets it where the table's load
+    does (``knn.set_search_params``), and gives the table its own back."""
+    raw = RawTable(tokens=list(glove_raw.tokens[:3_000]), matrix=np.array(glove_raw.matrix[:3_000]))
+    build_table(raw, data_dir=tmp_path, name="t", source={}, index_spec="L2norm,HNSW8", min_recall=0)
+    table = Table.load(tmp_path / "t")
+    tuned, asked = table.search_width, widths(monkeypatch)
+    words = [(table.tokens[i], i) for i in range(100, 400)]
+    swept = neighbours.recall_sweep(SimpleNamespace(quick=True), table, words)  # type: ignore[arg-type]
+    assert [row["efSearch"] for row in swept] == [16, 24, 32]
+    assert sorted(set(asked)) == [16, 24, 32], sorted(set(asked))
+    assert table.search_width == knn.search_width(table.index) == tuned  # the table's own, again

@@ -820,42 +820,59 @@ def inspect(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
     typer.echo(json.dumps(artifact.read_manifest(_table(data_dir, name)), indent=2, ensure_ascii=False))
 
 
+VERIFY_ROUNDS = 5  # the versions verify checks of a table a server publishes anew while it reads each
+
+
 @app.command()
 def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Check every file of a table against its manifest (sizes and sha256), after finishing what killed builds left
     in the data directory (each leftover is named with what was done)."""
     _recovered(data_dir, name)
-    from index.store import shardmap, writelog
-
     # Again while a version is published (a server's compaction: its files, its log cut) or compactions replace
     # the log being replayed: a refusal is the newest version's, of files and a log that belong together.
-    while True:
-        directory = _table(data_dir, name)  # a version a killed publish had parked is back now
-        manifest = artifact.read_manifest(directory)
-        sharded = shardmap.is_sharded(manifest)
-        result = shardmap.verify(directory) if sharded else artifact.verify(directory)
-        problem = "; ".join(result.problems)
-        path = writelog.log_path(data_dir, name)  # the writes a server would replay over it
-        if not problem and manifest.get("kind") == "documents" and not sharded:
-            from index.build.compact import check_log  # FAISS: only for a documents table
+    again = None
+    for _ in range(VERIFY_ROUNDS):
+        if again is not None:
+            note(again)
+        again = _verified(data_dir, name)
+        if again is None:
+            typer.echo(f"{name}: ok")
+            return
+    fail(
+        f"table {name!r}: a newer version was published each of the {VERIFY_ROUNDS} times it was verified (a server "
+        "compacting it more often than verify reads it); verify it again when it is compacted less often"
+    )
 
-            if path.exists():
-                note(f"replaying its write log {path.name} as a server would ...")
-            try:
-                check_log(directory, path)
-            except writelog.LogReplaced as exc:
-                note(f"{exc}; verifying the newest version ...")
-                continue
-            except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
-                problem = f"its write log {path.name} would refuse it: {exc}"
-            except ArtifactError as exc:  # the files loaded are not the manifest's: a version published meanwhile
-                problem = exc.message
-        if not problem:
-            break
-        if artifact.read_manifest(directory) == manifest:
-            fail(f"{directory}: {problem}")
-        note(f"a newer version of {name!r} was published while it was verified; verifying it ...")
-    typer.echo(f"{name}: ok")
+
+def _verified(data_dir: Path, name: str) -> str | None:
+    """Verify the table's current version and the write log a server would replay over it: None when they are
+    good, why to verify again when a newer version was published meanwhile; else fail, naming the problem."""
+    from index.store import shardmap, writelog
+
+    directory = _table(data_dir, name)  # a version a killed publish had parked is back now
+    manifest = artifact.read_manifest(directory)
+    sharded = shardmap.is_sharded(manifest)
+    result = shardmap.verify(directory) if sharded else artifact.verify(directory)
+    problem = "; ".join(result.problems)
+    path = writelog.log_path(data_dir, name)  # the writes a server would replay over it
+    if not problem and manifest.get("kind") == "documents" and not sharded:
+        from index.build.compact import check_log  # FAISS: only for a documents table
+
+        if path.exists():
+            note(f"replaying its write log {path.name} as a server would ...")
+        try:
+            check_log(directory, path)
+        except writelog.LogReplaced as exc:
+            return f"{exc}; verifying the newest version ..."
+        except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+            problem = f"its write log {path.name} would refuse it: {exc}"
+        except ArtifactError as exc:  # the files loaded are not the manifest's: a version published meanwhile
+            problem = exc.message
+    if not problem:
+        return None
+    if artifact.read_manifest(directory) == manifest:
+        fail(f"{directory}: {problem}")
+    return f"a newer version of {name!r} was published while it was verified; verifying it ..."
 
 
 @app.command()

@@ -535,7 +535,7 @@ def test_verify_checks_the_newest_version_when_compactions_replace_the_log_it_re
             assert compact(data, "lee")["written"] == 3
             with writelog.appending(path) as log:
                 log.append(4, {"op": "delete", "ids": [lee_docs.ids[4]]})
-            assert compact(data, "lee")["written"] == 1
+            assert compact(data, "lee")["written"] == min(len(reads), 2)  # with the one written after the last
         yield from pieces
 
     monkeypatch.setattr(writelog, "read_pieces", read_pieces)
@@ -586,6 +586,47 @@ def test_verify_checks_the_newest_version_when_one_is_published_while_it_verifie
     assert "embedding-index: a newer version of 'lee' was published while it was verified; verifying it ..." in (
         stream.getvalue().splitlines()
     ), stream.getvalue()
+
+
+def test_verify_gives_up_on_a_table_published_anew_every_time_it_verifies_it(
+    lee_data_dir: Path,
+    lee_docs: Lee,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A server compacting more often than verify reads the table: a newer version published in every round made
+    verify verify again without end. It verifies at most ``VERIFY_ROUNDS`` versions, then says why it stopped."""
+    from index.build.cli import VERIFY_ROUNDS
+    from index.build.compact import compact
+
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    real, reads = writelog.read_pieces, []
+
+    def read_pieces(log_file: Path) -> Iterator[list[writelog.Record]]:
+        reads.append(log_file)
+        assert len(reads) <= 2 * VERIFY_ROUNDS, "verify never stops"
+        seq = 2 * len(reads)  # a write folded into a version published, and one after it, before the log is read
+        with writelog.appending(path) as log:
+            log.append(seq - 1, {"op": "delete", "ids": [lee_docs.ids[seq - 1]]})
+        assert compact(data, "lee")["written"] == min(len(reads), 2)  # with the one written after the last
+        with writelog.appending(path) as log:
+            log.append(seq, {"op": "delete", "ids": [lee_docs.ids[seq]]})
+        yield from real(log_file)
+
+    monkeypatch.setattr(writelog, "read_pieces", read_pieces)
+    with progress_lines() as stream, pytest.raises(typer.Exit) as exited:
+        verify("lee", data_dir=data, quiet=False)
+    assert exited.value.exit_code == 1 and len(reads) == VERIFY_ROUNDS, reads
+    said = "a newer version of 'lee' was published while it was verified; verifying it ..."
+    assert stream.getvalue().count(said) == VERIFY_ROUNDS - 1, stream.getvalue()
+    assert capsys.readouterr().err == (
+        f"embedding-index: error: table 'lee': a newer version was published each of the {VERIFY_ROUNDS} times it "
+        "was verified (a server compacting it more often than verify reads it); verify it again when it is compacted "
+        "less often\n"
+    )
 
 
 # ---------------------------------------------------------------------- the import runs of docs/builder.md

@@ -853,9 +853,9 @@ def _verified(data_dir: Path, name: str) -> str | None:
     manifest = artifact.read_manifest(directory)
     sharded = shardmap.is_sharded(manifest)
     result = shardmap.verify(directory) if sharded else artifact.verify(directory)
-    problem = "; ".join(result.problems)
+    problem = f"{directory}: " + "; ".join(result.problems) if result.problems else None
     path = writelog.log_path(data_dir, name)  # the writes a server would replay over it
-    if not problem and manifest.get("kind") == "documents" and not sharded:
+    if problem is None and manifest.get("kind") == "documents" and not sharded:
         from index.build.compact import check_log  # FAISS: only for a documents table
 
         if path.exists():
@@ -865,13 +865,13 @@ def _verified(data_dir: Path, name: str) -> str | None:
         except writelog.LogReplaced as exc:
             return f"{exc}; verifying the newest version ..."
         except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
-            problem = f"its write log {path.name} would refuse it: {exc}"
-        except ArtifactError as exc:  # the files loaded are not the manifest's: a version published meanwhile
+            problem = f"{directory}: its write log {path.name} would refuse it: {exc}"
+        except ArtifactError as exc:  # the load's refusal, which names the table; or files of a version published since
             problem = exc.message
-    if not problem:
+    if problem is None:
         return None
     if artifact.read_manifest(directory) == manifest:
-        fail(f"{directory}: {problem}")
+        fail(problem)
     return f"a newer version of {name!r} was published while it was verified; verifying it ..."
 
 

@@ -629,6 +629,21 @@ def test_verify_gives_up_on_a_table_published_anew_every_time_it_verifies_it(
     )
 
 
+def test_verify_refuses_a_table_its_load_refuses_as_the_load_says(lee_data_dir: Path, tmp_path: Path) -> None:
+    """Files that match the manifest, a load that refuses them (a documents table whose manifest lost its
+    'documents'), the version still the current one: verify says what the load says, as it did before it verified
+    a newer version, not behind the table's directory once more (``/data/lee: table 'lee': ...``)."""
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    manifest = json.loads((data / "lee" / artifact.MANIFEST).read_text())
+    del manifest["documents"]
+    (data / "lee" / artifact.MANIFEST).write_text(json.dumps(manifest))
+    done = run_cli("verify", "lee", "--data-dir", data)
+    assert done.code == 1 and done.err == (
+        "embedding-index: error: table 'lee': a documents table whose manifest has no 'documents'\n"
+    ), done.err
+
+
 # ---------------------------------------------------------------------- the import runs of docs/builder.md
 
 DOC_ROWS = 5_000  # "5,000 GloVe rows in each format"

@@ -602,6 +602,55 @@ def test_a_cut_cuts_a_torn_tail_too(tmp_path: Path, covered: int, caplog: pytest
     assert [r.seq for r in recovered(path)] == list(range(covered + 1, 6))
 
 
+@pytest.mark.parametrize("damage", ["partial header", "partial payload", "checksum last", "checksum middle"])
+def test_a_cut_and_a_load_treat_every_damaged_tail_alike(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A compaction's cut and a load check the frames with the same reader: a torn tail of any shape (a header cut
+    short, a payload cut short, a checksum that does not match in the last record) is cut at the same byte with
+    the same warning by both; a record damaged with good ones after it refuses the log in the same words, nothing
+    cut."""
+    logs = {}
+    for caller in ("load", "cut"):
+        path = tmp_path / caller / writelog.DIRECTORY / "t.log"  # the same log's name: frames of the same bytes
+        path.parent.mkdir(parents=True)
+        records = write(path, 4)
+        data = bytearray(path.read_bytes())
+        last, second = records[-1], records[1]
+        if damage == "partial header":
+            del data[last.offset + 7 :]
+        elif damage == "partial payload":
+            del data[last.end - 5 :]
+        else:
+            data[(last if damage == "checksum last" else second).end - 3] ^= 0x20
+        path.write_bytes(bytes(data))
+        logs[caller] = path
+    outcomes = {}
+    for caller, path in logs.items():
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
+            try:
+                outcome = len(recovered(path)) if caller == "load" else writelog.cut(path, 0)
+            except writelog.LogCorrupt as exc:
+                outcome = str(exc)
+        said = [r.getMessage().replace(str(path), "t.log") for r in caplog.records]
+        outcomes[caller] = (outcome, path.stat().st_size, said)
+    if damage == "checksum middle":
+        assert (
+            outcomes["load"][0]
+            == outcomes["cut"][0]
+            == (
+                f"record at byte {second.offset} (after sequence number 1) is damaged: a checksum that does not match; "
+                f"good records follow at byte {second.end}, so it is not a torn tail"
+            )
+        )
+        assert outcomes["load"][1] == outcomes["cut"][1] == len(data)
+    else:
+        assert outcomes["load"][:2] == outcomes["cut"][:2] == (3, last.offset), outcomes
+        assert outcomes["load"][2] == outcomes["cut"][2] and len(outcomes["cut"][2]) == 1, outcomes
+        assert f"cut {len(data) - last.offset} bytes at byte {last.offset} (" in outcomes["cut"][2][0]
+
+
 def raw_frame(seq: int, payload: bytes) -> bytes:
     """A frame of ``payload`` as it is, which ``writelog.frame`` may not make (NaN, an escaped lone surrogate)."""
     crc = zlib.crc32(struct.pack("<Q", seq) + payload)

@@ -50,7 +50,8 @@ def compact(data_dir: Path, name: str) -> dict[str, Any]:
 
 @contextmanager
 def locked(data_dir: Path, name: str) -> Iterator[None]:
-    """Table ``name``'s compaction lock held (``ArtifactError`` when another process holds it)."""
+    """Table ``name``'s compaction lock held; while another process holds it (a server's compaction and one run by
+    hand), waited for, so the later one folds the writes made since the other's version."""
     path = writelog.log_path(data_dir, name)
     path.parent.mkdir(exist_ok=True)
     lock_fd = os.open(path.with_suffix(".compacting"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -58,7 +59,8 @@ def locked(data_dir: Path, name: str) -> Iterator[None]:
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ArtifactError(f"table {name!r} is being compacted by another process") from None
+            note(f"table {name!r} is being compacted by another process; waiting for it ...")
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(lock_fd)

@@ -10,6 +10,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 import typer.main
 
 from index.build import writer
+from index.build.cli import compact as compact_command
 from index.build.cli import index_column, verify
 from index.build.sources import RawTable
 from index.engine.table import Table
@@ -586,6 +589,45 @@ def test_verify_checks_the_newest_version_when_one_is_published_while_it_verifie
     assert "embedding-index: a newer version of 'lee' was published while it was verified; verifying it ..." in (
         stream.getvalue().splitlines()
     ), stream.getvalue()
+
+
+def test_compact_waits_for_a_compaction_another_process_is_making(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """``embedding-index compact`` run by hand while a server compacts the same table: it failed (``table 'lee' is
+    being compacted by another process``, exit 1; 2 of 20 runs against a server compacting every 50 writes), and the
+    server's own compaction failed alike when the hand's held the lock. It waits for the other compaction, then folds
+    the writes made since."""
+    from index.build.compact import locked
+
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    with writelog.appending(path) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            compact_command("lee", data_dir=data, quiet=False)
+        except BaseException as exc:  # said by the assertion below
+            errors.append(exc)
+
+    with progress_lines() as stream:
+        with locked(data, "lee"):  # the other process's compaction
+            thread = threading.Thread(target=run)
+            thread.start()
+            deadline = time.monotonic() + 30
+            while "waiting" not in stream.getvalue() and thread.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            with writelog.appending(path) as log:  # a write made while it waits
+                log.append(2, {"op": "delete", "ids": [lee_docs.ids[2]]})
+        thread.join(30)
+    assert not errors, errors
+    assert "embedding-index: table 'lee' is being compacted by another process; waiting for it ..." in (
+        stream.getvalue().splitlines()
+    ), stream.getvalue()
+    assert artifact.read_manifest(data / "lee")["log_sequence"] == 2
 
 
 # ---------------------------------------------------------------------- the import runs of docs/builder.md

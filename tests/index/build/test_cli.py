@@ -630,6 +630,40 @@ def test_compact_waits_for_a_compaction_another_process_is_making(
     assert artifact.read_manifest(data / "lee")["log_sequence"] == 2
 
 
+def test_index_builds_the_newest_version_when_a_compaction_publishes_one_meanwhile(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``embedding-index index`` beside a server that compacts the table: a compaction publishing its version while
+    the index was built made it fail (``table 'lee' was rebuilt while its index was being built; nothing
+    replaced``). It builds the index of the newest version again, and keeps the writes the compaction folded in."""
+    from index.build.compact import compact
+    from index.build.index_choice import build_and_measure
+
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    with writelog.appending(path) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    builds: list[int] = []
+
+    def build_and_measure_once_compacted(vectors: np.ndarray, *args: object, **kwargs: object) -> object:
+        builds.append(len(vectors))
+        if len(builds) == 1:  # the server's compaction publishes its version while the index is built
+            assert compact(data, "lee")["written"] == 1
+        return build_and_measure(vectors, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writer, "build_and_measure", build_and_measure_once_compacted)
+    with progress_lines() as stream:
+        writer.index_table(data, "lee", index_spec="flat")
+    assert builds == [len(lee_docs.ids), len(lee_docs.ids) - 1, len(lee_docs.ids) - 1]  # index, compaction, index
+    assert "embedding-index: a newer version of 'lee' was published while its index was built; indexing it ..." in (
+        stream.getvalue().splitlines()
+    ), stream.getvalue()
+    manifest = artifact.read_manifest(data / "lee")
+    assert (manifest["rows"], manifest["log_sequence"], manifest["index"]["spec"]["kind"]) == (299, 1, "flat")
+    assert artifact.verify(data / "lee").ok
+
+
 # ---------------------------------------------------------------------- the import runs of docs/builder.md
 
 DOC_ROWS = 5_000  # "5,000 GloVe rows in each format"

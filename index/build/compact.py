@@ -45,7 +45,15 @@ def compact(data_dir: Path, name: str) -> dict[str, Any]:
     if kind != "documents":
         raise InvalidQuery(f"table {name!r} holds {kind}, not documents: only documents tables take writes")
     with locked(data_dir, name):
-        return _compact(data_dir, name, directory, writelog.log_path(data_dir, name))
+        while True:  # again while the version is published anew meanwhile (embedding-index index, sif)
+            try:
+                return _compact(data_dir, name, directory, writelog.log_path(data_dir, name))
+            except Republished as exc:
+                note(f"{exc.message}; compacting the newest version ...")
+
+
+class Republished(ArtifactError):
+    """A compaction's version published anew from the same build (its index or SIF component replaced) meanwhile."""
 
 
 @contextmanager
@@ -154,8 +162,9 @@ def unchanged(
     replaced."""
 
     def check(_: Path) -> None:
-        if artifact.read_manifest(directory) != manifest:
-            raise ArtifactError(f"table {name!r} was published again while it was being compacted; nothing replaced")
+        if (newest := artifact.read_manifest(directory)) != manifest:
+            again = Republished if artifact.same_build(newest, manifest) else ArtifactError
+            raise again(f"table {name!r} was published again while it was being compacted; nothing replaced")
         now = artifact.identity(directory)
         if written := sorted(path for path, was in files.items() if now.get(path) != was):
             raise ArtifactError(

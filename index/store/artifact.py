@@ -620,6 +620,11 @@ def _refuse_damage(name: str, what: str, problems: list[str]) -> None:
         raise ArtifactError(f"table {name!r} is damaged ({'; '.join(problems)}); nothing replaced while {what}")
 
 
+def same_build(manifest: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two manifests are versions of one build (one republished from the other: an index, a SIF component)."""
+    return _lineage(manifest) == _lineage(other)
+
+
 def _lineage(manifest: dict[str, Any]) -> tuple[Any, Any]:
     """What later versions of one build share: the build's time and its vectors."""
     return manifest.get("built_at"), manifest.get("files", {}).get(VECTORS, {}).get("sha256")

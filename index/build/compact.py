@@ -45,12 +45,21 @@ def compact(data_dir: Path, name: str) -> dict[str, Any]:
     if kind != "documents":
         raise InvalidQuery(f"table {name!r} holds {kind}, not documents: only documents tables take writes")
     with locked(data_dir, name):
-        return _compact(data_dir, name, directory, writelog.log_path(data_dir, name))
+        while True:  # again while the version is published anew meanwhile (embedding-index index, sif)
+            try:
+                return _compact(data_dir, name, directory, writelog.log_path(data_dir, name))
+            except Republished as exc:
+                note(f"{exc.message}; compacting the newest version ...")
+
+
+class Republished(ArtifactError):
+    """A compaction's version published anew from the same build (its index or SIF component replaced) meanwhile."""
 
 
 @contextmanager
 def locked(data_dir: Path, name: str) -> Iterator[None]:
-    """Table ``name``'s compaction lock held (``ArtifactError`` when another process holds it)."""
+    """Table ``name``'s compaction lock held; while another process holds it (a server's compaction and one run by
+    hand), waited for, so the later one folds the writes made since the other's version."""
     path = writelog.log_path(data_dir, name)
     path.parent.mkdir(exist_ok=True)
     lock_fd = os.open(path.with_suffix(".compacting"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -58,7 +67,8 @@ def locked(data_dir: Path, name: str) -> Iterator[None]:
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ArtifactError(f"table {name!r} is being compacted by another process") from None
+            note(f"table {name!r} is being compacted by another process; waiting for it ...")
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(lock_fd)
@@ -152,8 +162,9 @@ def unchanged(
     replaced."""
 
     def check(_: Path) -> None:
-        if artifact.read_manifest(directory) != manifest:
-            raise ArtifactError(f"table {name!r} was published again while it was being compacted; nothing replaced")
+        if (newest := artifact.read_manifest(directory)) != manifest:
+            again = Republished if artifact.same_build(newest, manifest) else ArtifactError
+            raise again(f"table {name!r} was published again while it was being compacted; nothing replaced")
         now = artifact.identity(directory)
         if written := sorted(path for path, was in files.items() if now.get(path) != was):
             raise ArtifactError(

@@ -169,6 +169,31 @@ def index_table(
     artifact.check_writable(data_dir)
     if index_spec is not None:
         check_spec(index_spec)  # its form, before the table's files are read
+    while True:  # again while a version is published meanwhile (a server's compaction): the newest one's index
+        deferred = _defers_index(directory)
+        try:
+            return _index_version(data_dir, name, directory, index_spec, min_recall, budget, seed, started)
+        except artifact.Rebuilt:
+            if index_spec is None and deferred and not _defers_index(directory):
+                raise  # the deferred index was asked for, and the newest version has its own
+            note(f"a newer version of {name!r} was published while its index was built; indexing it ...")
+
+
+def _defers_index(directory: Path) -> bool:
+    return bool(artifact.read_manifest(directory).get("index", {}).get("deferred"))
+
+
+def _index_version(
+    data_dir: Path,
+    name: str,
+    directory: Path,
+    index_spec: str | None,
+    min_recall: float | None,
+    budget: float | None,
+    seed: int | None,
+    started: float,
+) -> dict[str, Any]:
+    """:func:`index_table` of the version ``directory`` holds now."""
     note(f"verifying {directory} ...")
     manifest, checked = artifact.verified(directory)
     deferred = manifest.get("index", {}).get("deferred") or {}

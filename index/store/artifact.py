@@ -568,6 +568,10 @@ def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+class Rebuilt(ArtifactError):
+    """A publish from a version refused: the table was rebuilt (imported again, compacted) since that version."""
+
+
 def republish(
     data_dir: Path,
     name: str,
@@ -591,7 +595,7 @@ def republish(
     def complete(tmp: Path) -> None:
         newest = read_manifest(directory)
         if _lineage(newest) != _lineage(manifest):
-            raise ArtifactError(f"table {name!r} was rebuilt while {what}; nothing replaced")
+            raise Rebuilt(f"table {name!r} was rebuilt while {what}; nothing replaced")
         # The files carried forward must be the newest version's as its manifest lists them: a file damaged since
         # the table was verified is refused, never checksummed into the new version's manifest
         carried = {k: v for k, v in newest["files"].items() if k not in replaced}
@@ -614,6 +618,11 @@ def republish(
 def _refuse_damage(name: str, what: str, problems: list[str]) -> None:
     if problems:
         raise ArtifactError(f"table {name!r} is damaged ({'; '.join(problems)}); nothing replaced while {what}")
+
+
+def same_build(manifest: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two manifests are versions of one build (one republished from the other: an index, a SIF component)."""
+    return _lineage(manifest) == _lineage(other)
 
 
 def _lineage(manifest: dict[str, Any]) -> tuple[Any, Any]:

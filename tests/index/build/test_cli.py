@@ -10,6 +10,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 import typer.main
 
 from index.build import writer
+from index.build.cli import compact as compact_command
 from index.build.cli import index_column, verify
 from index.build.sources import RawTable
 from index.engine.table import Table
@@ -740,3 +743,76 @@ def test_the_documented_index_runs_print_what_the_docs_show(
         result = run_cli(*command[1:])
         assert result.code == (1 if shown[0].startswith("embedding-index: error: ") else 0), (command, result.err)
         assert untimed((result.out + result.err).splitlines()) == untimed(shown), command
+
+
+def test_compact_waits_for_a_compaction_another_process_is_making(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """``embedding-index compact`` run by hand while a server compacts the same table: it failed (``table 'lee' is
+    being compacted by another process``, exit 1; 2 of 20 runs against a server compacting every 50 writes), and the
+    server's own compaction failed alike when the hand's held the lock. It waits for the other compaction, then folds
+    the writes made since."""
+    from index.build.compact import locked
+
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    with writelog.appending(path) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            compact_command("lee", data_dir=data, quiet=False)
+        except BaseException as exc:  # said by the assertion below
+            errors.append(exc)
+
+    with progress_lines() as stream:
+        with locked(data, "lee"):  # the other process's compaction
+            thread = threading.Thread(target=run)
+            thread.start()
+            deadline = time.monotonic() + 30
+            while "waiting" not in stream.getvalue() and thread.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            with writelog.appending(path) as log:  # a write made while it waits
+                log.append(2, {"op": "delete", "ids": [lee_docs.ids[2]]})
+        thread.join(30)
+    assert not errors, errors
+    assert "embedding-index: table 'lee' is being compacted by another process; waiting for it ..." in (
+        stream.getvalue().splitlines()
+    ), stream.getvalue()
+    assert artifact.read_manifest(data / "lee")["log_sequence"] == 2
+
+
+def test_index_builds_the_newest_version_when_a_compaction_publishes_one_meanwhile(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``embedding-index index`` beside a server that compacts the table: a compaction publishing its version while
+    the index was built made it fail (``table 'lee' was rebuilt while its index was being built; nothing
+    replaced``). It builds the index of the newest version again, and keeps the writes the compaction folded in."""
+    from index.build.compact import compact
+    from index.build.index_choice import build_and_measure
+
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    with writelog.appending(path) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    builds: list[int] = []
+
+    def build_and_measure_once_compacted(vectors: np.ndarray, *args: object, **kwargs: object) -> object:
+        builds.append(len(vectors))
+        if len(builds) == 1:  # the server's compaction publishes its version while the index is built
+            assert compact(data, "lee")["written"] == 1
+        return build_and_measure(vectors, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writer, "build_and_measure", build_and_measure_once_compacted)
+    with progress_lines() as stream:
+        writer.index_table(data, "lee", index_spec="flat")
+    assert builds == [len(lee_docs.ids), len(lee_docs.ids) - 1, len(lee_docs.ids) - 1]  # index, compaction, index
+    assert "embedding-index: a newer version of 'lee' was published while its index was built; indexing it ..." in (
+        stream.getvalue().splitlines()
+    ), stream.getvalue()
+    manifest = artifact.read_manifest(data / "lee")
+    assert (manifest["rows"], manifest["log_sequence"], manifest["index"]["spec"]["kind"]) == (299, 1, "flat")
+    assert artifact.verify(data / "lee").ok

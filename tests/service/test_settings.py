@@ -811,9 +811,9 @@ def test_the_threads_variable_is_read_alike_by_every_reader(
     )
 
 
-def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """EMBEDDING_THREADS as the settings accept it (" 2", "2.0", "+2"): its number of threads, not 1. The start-up
-    read it again by its digits alone and gave the workers 1 thread each without a word."""
+def stopped_after_threads(clean_env: pytest.MonkeyPatch) -> list[tuple[int | None, str]]:
+    """``serve.main`` stopped (exit 3) just after the threads' setting is read: each start's (settings.threads,
+    OMP_NUM_THREADS as main set it), in the list returned."""
     started: list[tuple[int | None, str]] = []
 
     def stop(settings: Settings) -> None:  # what follows the threads' setting
@@ -823,6 +823,13 @@ def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.M
     clean_env.setattr(serve, "start_deferred_builds", stop)
     for variable in serve.THREAD_VARIABLES:  # main sets them: undone after the test
         clean_env.setenv(variable, "1")
+    return started
+
+
+def test_the_threads_setting_is_the_number_the_settings_read(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """EMBEDDING_THREADS as the settings accept it (" 2", "2.0", "+2"): its number of threads, not 1. The start-up
+    read it again by its digits alone and gave the workers 1 thread each without a word."""
+    started = stopped_after_threads(clean_env)
     for given in (" 2", "2.0", "+2", "2"):
         clean_env.setenv("EMBEDDING_THREADS", given)
         with pytest.raises(SystemExit, match="3"):
@@ -884,15 +891,7 @@ def test_omp_threads_are_read_as_libgomp_reads_them(
             assert serve.omp_threads(value) == int(done.stdout), repr(value)
     assert [serve.omp_threads(value) for value in (" 4", "4,2", "\t3\n")] == [4, 4, 3]  # the runtime took them
 
-    started: list[tuple[int | None, str]] = []
-
-    def stop(settings: Settings) -> None:  # what follows the threads' setting
-        started.append((settings.threads, os.environ["OMP_NUM_THREADS"]))
-        sys.exit(3)
-
-    clean_env.setattr(serve, "start_deferred_builds", stop)
-    for variable in serve.THREAD_VARIABLES:  # main sets them: undone after the test
-        clean_env.setenv(variable, "1")
+    started = stopped_after_threads(clean_env)
     for value in (" 3", "4,2", "", " "):  # empty: unset, as an environment file's OMP_NUM_THREADS= means
         clean_env.delenv("EMBEDDING_THREADS", raising=False)  # main writes it
         clean_env.setenv("OMP_NUM_THREADS", value)

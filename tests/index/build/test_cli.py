@@ -556,6 +556,17 @@ def test_verify_checks_the_newest_version_when_compactions_replace_the_log_it_re
     assert artifact.read_manifest(data / "lee")["log_sequence"] == 4
 
 
+def lee_with_one_write(lee_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the Lee table in ``tmp_path/data`` whose write log holds one write (a delete): the data directory
+    and the log's path."""
+    data = tmp_path / "data"
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    with writelog.appending(path) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    return data, path
+
+
 def test_verify_checks_the_newest_version_when_one_is_published_while_it_verifies(
     lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -565,11 +576,7 @@ def test_verify_checks_the_newest_version_when_one_is_published_while_it_verifie
     server compacting every 50 writes). It verifies the newest version again, as for a log emptied under it."""
     from index.build.compact import compact
 
-    data = tmp_path / "data"
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
-    path = writelog.log_path(data, "lee")
-    with writelog.appending(path) as log:
-        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    data, path = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
     real, reads = writelog.read_pieces, []
 
     def read_pieces(log_file: Path) -> Iterator[list[writelog.Record]]:
@@ -754,11 +761,7 @@ def test_compact_waits_for_a_compaction_another_process_is_making(
     the writes made since."""
     from index.build.compact import locked
 
-    data = tmp_path / "data"
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
-    path = writelog.log_path(data, "lee")
-    with writelog.appending(path) as log:
-        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    data, path = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -793,11 +796,7 @@ def test_index_builds_the_newest_version_when_a_compaction_publishes_one_meanwhi
     from index.build.compact import compact
     from index.build.index_choice import build_and_measure
 
-    data = tmp_path / "data"
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
-    path = writelog.log_path(data, "lee")
-    with writelog.appending(path) as log:
-        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    data, _ = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
     builds: list[int] = []
 
     def build_and_measure_once_compacted(vectors: np.ndarray, *args: object, **kwargs: object) -> object:

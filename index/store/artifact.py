@@ -594,7 +594,7 @@ def republish(
 
     def complete(tmp: Path) -> None:
         newest = read_manifest(directory)
-        if _lineage(newest) != _lineage(manifest):
+        if not same_build(newest, manifest):
             raise Rebuilt(f"table {name!r} was rebuilt while {what}; nothing replaced")
         # The files carried forward must be the newest version's as its manifest lists them: a file damaged since
         # the table was verified is refused, never checksummed into the new version's manifest

@@ -36,8 +36,8 @@ from tests.service.raw_http import (
 from tests.service.real_server import Server, start, wait_for
 
 MAX_HEADER_BYTES = 8192
-# Timers are exact (``loop.call_later``), so short timeouts (the settings take 1 s at the least) show the same
-# behaviour in less time. The relations the assertions rely on: BODY_TIMEOUT - 0.05 > HEADER_TIMEOUT (a body
+# Timers are exact (``loop.call_later``), so the shortest timeouts the settings take show the same behaviour in
+# less time. The relations the assertions rely on: BODY_TIMEOUT - 0.05 > HEADER_TIMEOUT (a body
 # timeout is not the header's), SLACK below each timeout (a timer re-armed one interval late is caught) and
 # HEADER_TIMEOUT + SLACK <= KEEP_ALIVE (a head timed out is not an idle connection's close).
 HEADER_TIMEOUT = 1.0

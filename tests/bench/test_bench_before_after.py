@@ -10,7 +10,16 @@ from urllib.parse import quote
 import numpy as np
 from gensim.test.utils import datapath
 
-from bench.before_after import DOCUMENTS, K, documents_table, hot_routes, load_arguments, table_of, vector_requests
+from bench.before_after import (
+    DOCUMENTS,
+    K,
+    close,
+    documents_table,
+    hot_routes,
+    load_arguments,
+    table_of,
+    vector_requests,
+)
 from bench.common import REPO, TABLE
 from bench.neighbours import sample_words
 from index.engine.table import Table
@@ -65,3 +74,23 @@ def test_table_of_prints_a_row_of_ratios_per_route() -> None:
     lines = table_of(summary, ratios).splitlines()
     expected = ["neighbors", "0.500ms", "0.400ms", "0.80", "2,000", "2,500", "1.25", "400", "380", "0.95"]
     assert len(lines) == 2 and lines[1].split() == expected
+
+
+def test_close_answers_differ_only_in_their_scores_last_bits() -> None:
+    """``--answers close``: the same hits, scores within 1e-5, near-ties in either order; anything else differs."""
+    answer = {
+        "query": {"token": "heart", "id": 1},
+        "neighbors": [{"token": "a", "id": 7, "score": 0.70344525}, {"token": "b", "id": 9, "score": 0.7034452}],
+    }
+    moved = json.loads(json.dumps(answer))
+    moved["neighbors"][0]["score"] = 0.7034453  # a last-bits change
+    swapped = {**answer, "neighbors": answer["neighbors"][::-1]}
+    assert close(answer, answer) and close(answer, moved) and close(answer, swapped)
+    other_score = json.loads(json.dumps(answer))
+    other_score["neighbors"][1]["score"] = 0.7035
+    other_hit = json.loads(json.dumps(answer))
+    other_hit["neighbors"][1]["id"] = 10
+    other_query = {**answer, "query": {"token": "heart", "id": 2}}
+    shorter = {**answer, "neighbors": answer["neighbors"][:1]}
+    for different in (other_score, other_hit, other_query, shorter):
+        assert not close(answer, different)

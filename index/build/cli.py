@@ -845,8 +845,9 @@ def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
 
 
 def _verified(data_dir: Path, name: str) -> str | None:
-    """Verify the table's current version and the write log a server would replay over it: None when they are
-    good, why to verify again when a newer version was published meanwhile; else fail, naming the problem."""
+    """Verify the table's current version and the write logs a server would replay over it (a sharded table's: each
+    shard's over the shard): None when they are good, why to verify again when a newer version was published
+    meanwhile; else fail, naming the problem."""
     from index.store import shardmap, writelog
 
     directory = _table(data_dir, name)  # a version a killed publish had parked is back now
@@ -854,20 +855,25 @@ def _verified(data_dir: Path, name: str) -> str | None:
     sharded = shardmap.is_sharded(manifest)
     result = shardmap.verify(directory) if sharded else artifact.verify(directory)
     problem = f"{directory}: " + "; ".join(result.problems) if result.problems else None
-    path = writelog.log_path(data_dir, name)  # the writes a server would replay over it
-    if problem is None and manifest.get("kind") == "documents" and not sharded:
+    if problem is None and (manifest.get("of") if sharded else manifest.get("kind")) == "documents":
         from index.build.compact import check_log  # FAISS: only for a documents table
 
-        if path.exists():
-            note(f"replaying its write log {path.name} as a server would ...")
-        try:
-            check_log(directory, path)
-        except writelog.LogReplaced as exc:
-            return f"{exc}; verifying the newest version ..."
-        except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
-            problem = f"{directory}: its write log {path.name} would refuse it: {exc}"
-        except ArtifactError as exc:  # the load's refusal, which names the table; or files of a version published since
-            problem = exc.message
+        versions = [directory / shard for shard in manifest["shards"]["names"]] if sharded else [directory]
+        for version in versions:
+            path = writelog.table_log(version)  # the writes a server would replay over it
+            shown = f"{writelog.log_owner(path)}{writelog.SUFFIX}"
+            if path.exists():
+                note(f"replaying its write log {shown} as a server would ...")
+            try:
+                check_log(version, path)
+            except writelog.LogReplaced as exc:
+                return f"{exc}; verifying the newest version ..."
+            except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+                problem = f"{directory}: its write log {shown} would refuse it: {exc}"
+            except ArtifactError as exc:  # the load's refusal, naming the table; or a version's published since
+                problem = exc.message
+            if problem is not None:
+                break
     if problem is None:
         return None
     if artifact.read_manifest(directory) == manifest:

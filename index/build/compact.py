@@ -162,10 +162,13 @@ def unchanged(
     replaced."""
 
     def check(_: Path) -> None:
-        if (newest := artifact.read_manifest(directory)) != manifest:
+        newest, now = artifact.read_manifest(directory), artifact.identity(directory)
+        # another manifest file (inode) is a version published, even one whose manifest repeats the last (an index
+        # rebuilt); the same file written over in place is damage, said below
+        inode = now.get(artifact.MANIFEST, (None,))[0]
+        if newest != manifest or inode != files.get(artifact.MANIFEST, (None,))[0]:
             again = Republished if artifact.same_build(newest, manifest) else ArtifactError
             raise again(f"table {name!r} was published again while it was being compacted; nothing replaced")
-        now = artifact.identity(directory)
         if written := sorted(path for path, was in files.items() if now.get(path) != was):
             raise ArtifactError(
                 f"table {name!r}: {', '.join(written)} changed in place while it was being compacted; nothing "

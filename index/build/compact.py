@@ -81,8 +81,9 @@ def locked(data_dir: Path, name: str, wait: float = COMPACT_WAIT_SECONDS) -> Ite
     try:
         if not _lock(lock_fd):
             _wait_for(lock_fd, name, wait)
-        os.ftruncate(lock_fd, 0)
-        os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # its id, for the compactions waiting for it to name (not on a full disk)
+            os.ftruncate(lock_fd, 0)
+            os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         os.close(lock_fd)

@@ -333,7 +333,7 @@ def scan(
         if isinstance(parsed, str):
             after = f"sequence number {previous}" if previous else "the start of the log"
             # whole and checksummed, but out of sequence: it may hold a write acknowledged (another copy of the log);
-            # a payload no server writes holds none, and is a torn frame is (a tail, or damage in the middle)
+            # a payload no server writes holds none: damage as a torn frame is (a tail, or damage in the middle)
             if parsed not in (NOT_JSON, NOT_OBJECT) and isinstance(_parse(data, at, 0, body=False), Record):
                 raise LogCorrupt(
                     f"record at byte {base + at} (after {after}) is damaged: {parsed}; it is whole and checksummed, "

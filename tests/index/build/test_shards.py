@@ -152,7 +152,8 @@ def test_a_damaged_shard_or_map_fails_verify(tmp_path: Path, data_dir: Path) -> 
 def test_verify_replays_each_shards_write_log_as_a_server_would(tmp_path: Path, data_dir: Path, damage: str) -> None:
     """A sharded table's verify checked its files alone: a shard's write log that a server's load refuses (a damaged
     record with good ones after it, writes missing between the shard's version and its log) passed ("lee3: ok"),
-    and the table was then refused at load. Each shard's log is replayed as a single table's is, and named."""
+    and the table was then refused at load; so did the shard verified alone in its server's data directory
+    ("shard-001: ok"). Each shard's log is replayed as a single table's is, and named."""
     copy = tmp_path / "data"
     shutil.copytree(data_dir / "lee3", copy / "lee3")
     shard = copy / "lee3" / "shard-001"
@@ -172,6 +173,8 @@ def test_verify_replays_each_shards_write_log_as_a_server_would(tmp_path: Path, 
     said = f"embedding-index: error: {copy / 'lee3'}: its write log lee3/shard-001.log would refuse it: "
     assert done.returncode == 1 and said in done.stderr and why in done.stderr, done.stderr
     assert "replaying its write log lee3/shard-001.log as a server would ..." in done.stderr, done.stderr
+    alone = run(EXE, "verify", "shard-001", "--data-dir", copy / "lee3")  # on a shard's server: its own log
+    assert alone.returncode == 1 and "its write log lee3/shard-001.log would refuse it: " in alone.stderr, alone
     path.unlink()  # the log moved aside: the table verifies
     done = run(EXE, "verify", "lee3", "--data-dir", copy)
     assert done.returncode == 0 and done.stdout.strip() == "lee3: ok", done.stderr

@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from index import threads
-from index.build.budget import AUTO_BUDGET_SECONDS
+from index.build.budget import AUTO_BUDGET_SECONDS, COMPACT_WAIT_SECONDS
 from index.build.sources import FORMATS, RawTable
 from index.build.train import MAX_NEGATIVE, MAX_SENTENCE, MAX_WORKERS
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
@@ -743,7 +743,20 @@ def index_(
 
 
 @app.command()
-def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
+def compact(
+    name: str,
+    data_dir: DataDir = Path("data"),
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            min=0,
+            help="Seconds to wait for a compaction of the table another process is making, then fail "
+            f"(default {COMPACT_WAIT_SECONDS:g}).",
+        ),
+    ] = COMPACT_WAIT_SECONDS,
+    quiet: Quiet = False,
+) -> None:
     """Fold a documents table's write log (the documents added, replaced and deleted over HTTP) into its next
     version, published atomically; the log is then cut at the last write it holds, keeping later writes. A
     sharded table: every shard's log, the shards built again with the new whole table's statistics."""
@@ -754,7 +767,7 @@ def compact(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
     _not_a_shard(data_dir, name, "its writes are folded by compacting that table, in the data directory that holds it")
     _recovered(data_dir, name)
     sharded = shardmap.holds_sharded(_table(data_dir, name))
-    done = compact_sharded(data_dir, name) if sharded else fold(data_dir, name)
+    done = compact_sharded(data_dir, name, wait) if sharded else fold(data_dir, name, wait)
     if not done["written"]:
         typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")
         return
@@ -820,9 +833,6 @@ def inspect(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -
     typer.echo(json.dumps(artifact.read_manifest(_table(data_dir, name)), indent=2, ensure_ascii=False))
 
 
-VERIFY_ROUNDS = 5  # the versions verify checks of a table a server publishes anew while it reads each
-
-
 @app.command()
 def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Check every file of a table against its manifest (sizes and sha256), after finishing what killed builds left
@@ -831,7 +841,7 @@ def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     # Again while a version is published (a server's compaction: its files, its log cut) or compactions replace
     # the log being replayed: a refusal is the newest version's, of files and a log that belong together.
     again = None
-    for _ in range(VERIFY_ROUNDS):
+    for _ in range(artifact.ROUNDS):
         if again is not None:
             note(again)
         again = _verified(data_dir, name)
@@ -839,14 +849,15 @@ def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
             typer.echo(f"{name}: ok")
             return
     fail(
-        f"table {name!r}: a newer version was published each of the {VERIFY_ROUNDS} times it was verified (a server "
+        f"table {name!r}: a newer version was published each of the {artifact.ROUNDS} times it was verified (a server "
         "compacting it more often than verify reads it); verify it again when it is compacted less often"
     )
 
 
 def _verified(data_dir: Path, name: str) -> str | None:
-    """Verify the table's current version and the write log a server would replay over it: None when they are
-    good, why to verify again when a newer version was published meanwhile; else fail, naming the problem."""
+    """Verify the table's current version and the write logs a server would replay over it (a sharded table's: each
+    shard's over the shard): None when they are good, why to verify again when a newer version was published
+    meanwhile; else fail, naming the problem."""
     from index.store import shardmap, writelog
 
     directory = _table(data_dir, name)  # a version a killed publish had parked is back now
@@ -854,20 +865,25 @@ def _verified(data_dir: Path, name: str) -> str | None:
     sharded = shardmap.is_sharded(manifest)
     result = shardmap.verify(directory) if sharded else artifact.verify(directory)
     problem = f"{directory}: " + "; ".join(result.problems) if result.problems else None
-    path = writelog.log_path(data_dir, name)  # the writes a server would replay over it
-    if problem is None and manifest.get("kind") == "documents" and not sharded:
+    if problem is None and (manifest.get("of") if sharded else manifest.get("kind")) == "documents":
         from index.build.compact import check_log  # FAISS: only for a documents table
 
-        if path.exists():
-            note(f"replaying its write log {path.name} as a server would ...")
-        try:
-            check_log(directory, path)
-        except writelog.LogReplaced as exc:
-            return f"{exc}; verifying the newest version ..."
-        except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
-            problem = f"{directory}: its write log {path.name} would refuse it: {exc}"
-        except ArtifactError as exc:  # the load's refusal, which names the table; or files of a version published since
-            problem = exc.message
+        versions = [directory / shard for shard in manifest["shards"]["names"]] if sharded else [directory]
+        for version in versions:
+            path = writelog.table_log(version)  # the writes a server would replay over it
+            shown = f"{writelog.log_owner(path)}{writelog.SUFFIX}"
+            if path.exists():
+                note(f"replaying its write log {shown} as a server would ...")
+            try:
+                check_log(version, path)
+            except writelog.LogReplaced as exc:
+                return f"{exc}; verifying the newest version ..."
+            except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+                problem = f"{directory}: its write log {shown} would refuse it: {exc}"
+            except ArtifactError as exc:  # the load's refusal, naming the table; or a version's published since
+                problem = exc.message
+            if problem is not None:
+                break
     if problem is None:
         return None
     if artifact.read_manifest(directory) == manifest:

@@ -16,6 +16,7 @@ import copy
 import fcntl
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,54 +25,97 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from index.build.budget import AUTO_BUDGET_SECONDS
+from index.build.budget import AUTO_BUDGET_SECONDS, COMPACT_WAIT_SECONDS
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.delta import Delta
 from index.engine.keyword import for_documents
 from index.engine.table import Table
 from index.errors import ArtifactError, InvalidQuery
-from index.progress import Progress, note
+from index.progress import CONFIG, Progress, duration, note
 from index.store import artifact, writelog
 from index.store.payload import KIND, payload_files
 
 log = logging.getLogger(__name__)
 
 
-def compact(data_dir: Path, name: str) -> dict[str, Any]:
-    """Fold table ``name``'s write log into its next version; return what was done (``written`` 0: nothing to do)."""
+def compact(data_dir: Path, name: str, wait: float = COMPACT_WAIT_SECONDS) -> dict[str, Any]:
+    """Fold table ``name``'s write log into its next version; return what was done (``written`` 0: nothing to do).
+    Another process's compaction of the table is waited for ``wait`` seconds at most (:func:`locked`)."""
     directory = artifact.table_dir(data_dir, name)
     kind = artifact.read_manifest(directory).get("kind", "words")  # no such table: said before any lock is made
     if kind != "documents":
         raise InvalidQuery(f"table {name!r} holds {kind}, not documents: only documents tables take writes")
-    with locked(data_dir, name):
-        while True:  # again while the version is published anew meanwhile (embedding-index index, sif)
+    with locked(data_dir, name, wait):
+        again = None
+        for _ in range(artifact.ROUNDS):  # again while the version is published anew meanwhile (index, sif)
+            if again is not None:
+                note(f"{again.message}; compacting the newest version ...")
             try:
                 return _compact(data_dir, name, directory, writelog.log_path(data_dir, name))
             except Republished as exc:
-                note(f"{exc.message}; compacting the newest version ...")
+                again = exc
+    raise ArtifactError(
+        f"table {name!r} not compacted: a newer version of it was published each of the {artifact.ROUNDS} times it "
+        "was compacted (embedding-index index or sif run meanwhile); nothing replaced: compact it again once they "
+        "are done"
+    )
 
 
 class Republished(ArtifactError):
     """A compaction's version published anew from the same build (its index or SIF component replaced) meanwhile."""
 
 
+POLL_SECONDS = 0.05  # how often a compaction waiting for another's lock tries it
+
+
 @contextmanager
-def locked(data_dir: Path, name: str) -> Iterator[None]:
+def locked(data_dir: Path, name: str, wait: float = COMPACT_WAIT_SECONDS) -> Iterator[None]:
     """Table ``name``'s compaction lock held; while another process holds it (a server's compaction and one run by
-    hand), waited for, so the later one folds the writes made since the other's version."""
+    hand), waited for ``wait`` seconds at most, saying so every few seconds, so the later one folds the writes made
+    since the other's version; then :class:`ArtifactError`, naming the process that held it (the lock file holds
+    its holder's process id)."""
     path = writelog.log_path(data_dir, name)
     path.parent.mkdir(exist_ok=True)
     lock_fd = os.open(path.with_suffix(".compacting"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            note(f"table {name!r} is being compacted by another process; waiting for it ...")
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        if not _lock(lock_fd):
+            _wait_for(lock_fd, name, wait)
+        with contextlib.suppress(OSError):  # its id, for the compactions waiting for it to name (not on a full disk)
+            os.ftruncate(lock_fd, 0)
+            os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         os.close(lock_fd)
+
+
+def _lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _wait_for(fd: int, name: str, wait: float) -> None:
+    """The compaction lock open as ``fd`` taken once the process holding it lets it go, within ``wait`` seconds."""
+    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    pid = f" (process {holder})" if holder.isdigit() else ""  # the holder writes its id once it holds the lock
+    bound = f"{duration(wait)} at most (--wait)"
+    note(f"table {name!r} is being compacted by another process{pid}; waiting for it, {bound} ...")
+    started = said = time.monotonic()
+    while not _lock(fd):
+        now = time.monotonic()
+        if now - started >= wait:
+            raise ArtifactError(
+                f"table {name!r} not compacted: another compaction of it{pid} held its lock for the {duration(wait)} "
+                "it was given (--wait); nothing was changed: compact it again once that one is done, or with a longer "
+                "--wait"
+            )
+        if now - said >= CONFIG.interval:
+            said = now
+            note(f"still waiting for the other compaction of {name!r}{pid}: {duration(now - started)} of {bound} ...")
+        time.sleep(min(POLL_SECONDS, max(0.0, started + wait - now)))
 
 
 def finish(data_dir: Path, logs: list[tuple[Path, int]]) -> int:
@@ -162,10 +206,13 @@ def unchanged(
     replaced."""
 
     def check(_: Path) -> None:
-        if (newest := artifact.read_manifest(directory)) != manifest:
+        newest, now = artifact.read_manifest(directory), artifact.identity(directory)
+        # another manifest file (inode) is a version published, even one whose manifest repeats the last (an index
+        # rebuilt); the same file written over in place is damage, said below
+        inode = now.get(artifact.MANIFEST, (None,))[0]
+        if newest != manifest or inode != files.get(artifact.MANIFEST, (None,))[0]:
             again = Republished if artifact.same_build(newest, manifest) else ArtifactError
             raise again(f"table {name!r} was published again while it was being compacted; nothing replaced")
-        now = artifact.identity(directory)
         if written := sorted(path for path, was in files.items() if now.get(path) != was):
             raise ArtifactError(
                 f"table {name!r}: {', '.join(written)} changed in place while it was being compacted; nothing "

@@ -169,14 +169,20 @@ def index_table(
     artifact.check_writable(data_dir)
     if index_spec is not None:
         check_spec(index_spec)  # its form, before the table's files are read
-    while True:  # again while a version is published meanwhile (a server's compaction): the newest one's index
+    for round_ in range(artifact.ROUNDS):  # again while a version is published meanwhile (a server's compaction)
+        if round_:
+            note(f"a newer version of {name!r} was published while its index was built; indexing it ...")
         deferred = _defers_index(directory)
         try:
             return _index_version(data_dir, name, directory, index_spec, min_recall, budget, seed, started)
         except artifact.Rebuilt:
             if index_spec is None and deferred and not _defers_index(directory):
                 raise  # the deferred index was asked for, and the newest version has its own
-            note(f"a newer version of {name!r} was published while its index was built; indexing it ...")
+    raise ArtifactError(
+        f"table {name!r}: a newer version was published each of the {artifact.ROUNDS} times its index was built (a "
+        "server compacting it more often than its index is built); nothing replaced: build it again when it is "
+        "compacted less often"
+    )
 
 
 def _defers_index(directory: Path) -> bool:

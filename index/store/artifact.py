@@ -568,6 +568,11 @@ def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+# The versions a command works on, at most, of a table published anew while it works on each (a server compacting
+# it): verify, index, compact; then it stops, saying so, rather than start again without end
+ROUNDS = 5
+
+
 class Rebuilt(ArtifactError):
     """A publish from a version refused: the table was rebuilt (imported again, compacted) since that version."""
 

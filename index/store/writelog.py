@@ -13,9 +13,12 @@ At load and in a compaction :func:`recover_pieces` reads the whole log, a piece 
 (no good frame after the bad bytes: a write cut short by a crash) is cut at the last good record, with a warning
 naming the bytes lost; a bad frame with good frames after it is corruption in the middle, and the table is refused
 (:class:`LogCorrupt`) naming the record, since replaying past it would lose acknowledged writes silently; so is a
-whole, checksummed frame out of sequence or whose payload is no JSON object, even last, by every reader alike. The log
-is locked while its frames are checked and such a tail is cut, not while its records are parsed and applied, so
-that another process's write waits for the check alone.
+whole, checksummed frame out of sequence, even last, by every reader alike (it may hold a write acknowledged to
+another copy of the log). A whole, checksummed frame whose payload is no JSON object holds no write (a server
+writes JSON objects): it is damage as a torn frame is, a tail when no good frame follows it, which the load's
+check, a compaction's cut and a writer cut, and the readers that cut nothing leave unread. The log is locked while
+its frames are checked (their payloads not parsed, but for the last ones) and such a tail is cut, not while its
+records are parsed and applied, so that another process's write waits for the check alone.
 
 A compaction cuts the log (:func:`cut`): the records its new version holds are dropped, the later ones move to a
 new file renamed over the log. The file it replaced stays as ``.<name>.log.previous`` until the next cut, so a
@@ -274,13 +277,21 @@ def _parse(data: bytes | memoryview, at: int, previous: int, base: int = 0, body
         return f"sequence number {seq} after {previous}"
     if not body:
         return Record(seq, base + at, base + end, {})
+    parsed = _body(payload)
+    return parsed if isinstance(parsed, str) else Record(seq, base + at, base + end, parsed)
+
+
+NOT_JSON, NOT_OBJECT = "a payload that is not JSON", "a payload that is not a JSON object"
+
+
+def _body(payload: bytes) -> dict[str, Any] | str:
+    """A record's payload parsed, or why it holds no write: a server writes a JSON object (:func:`frame`), so a
+    whole, checksummed frame of anything else was written by no server, and holds no acknowledged write."""
     try:
         parsed = _loads(payload)
     except ValueError:
-        return "a payload that is not JSON"
-    if not isinstance(parsed, dict):
-        return "a payload that is not a JSON object"
-    return Record(seq, base + at, base + end, parsed)
+        return NOT_JSON
+    return parsed if isinstance(parsed, dict) else NOT_OBJECT
 
 
 def _loads(payload: bytes) -> Any:
@@ -296,10 +307,11 @@ def _loads(payload: bytes) -> Any:
 
 
 def _good_frame_after(data: bytes, start: int) -> int | None:
-    """The offset of the first whole, checksummed frame after ``start`` (corruption in the middle), or None."""
+    """The offset of the first whole, checksummed frame of a JSON object after ``start`` (a write a server may have
+    acknowledged: corruption in the middle), or None."""
     at = data.find(MARK, start)
     while at >= 0:
-        if isinstance(_parse(data, at, 0, body=False), Record):
+        if isinstance(_parse(data, at, 0), Record):
             return at
         at = data.find(MARK, at + 1)
     return None
@@ -310,7 +322,8 @@ def scan(
 ) -> tuple[list[Record], int, str | None]:
     """The good records from ``start``, the offset after the last of them, and why reading stopped before the
     end of ``data`` (None: it did not); ``data`` read from byte ``base`` of its file: the records' offsets and the
-    bytes named are the file's. Raises :class:`LogCorrupt` when good frames follow a bad one, and
+    bytes named are the file's. Raises :class:`LogCorrupt` when good frames (of JSON objects) follow a bad one, or
+    for a whole, checksummed frame out of sequence, and
     :class:`LogMismatch` for a record written to another log than ``log`` (:func:`log_owner`; None: not checked).
     Without ``body`` the frames alone are checked (:func:`_parse`)."""
     records: list[Record] = []
@@ -319,7 +332,9 @@ def scan(
         parsed = _parse(data, at, previous, body=body)
         if isinstance(parsed, str):
             after = f"sequence number {previous}" if previous else "the start of the log"
-            if isinstance(_parse(data, at, 0, body=False), Record):  # whole and checksummed: no torn write
+            # whole and checksummed, but out of sequence: it may hold a write acknowledged (another copy of the log);
+            # a payload no server writes holds none: damage as a torn frame is (a tail, or damage in the middle)
+            if parsed not in (NOT_JSON, NOT_OBJECT) and isinstance(_parse(data, at, 0, body=False), Record):
                 raise LogCorrupt(
                     f"record at byte {base + at} (after {after}) is damaged: {parsed}; it is whole and checksummed, "
                     "so it is not a torn tail"
@@ -499,7 +514,10 @@ def _checked_pieces(path: Path, end: int, reader: int, emptied_ends: bool) -> Ge
         for records, reached, problem in _scan_file(reader, log_owner(path), end):
             # the checked frames changed under it; a short read of a file emptied under it (a second cut) ends here
             if problem is not None and os.fstat(reader).st_size >= end:
-                raise LogCorrupt(f"record at byte {reached} is damaged: {problem}")
+                if problem not in (NOT_JSON, NOT_OBJECT):
+                    raise LogCorrupt(f"record at byte {reached} is damaged: {problem}")
+                # records no server writes end the log, past the piece its check parsed: left for the writer to cut
+                reached = end
             if records:
                 yield records
         if reached < end and not emptied_ends:
@@ -530,11 +548,16 @@ def _recovered_end(fd: int, path: Path, cut: bool) -> int:
 
 def _recovered_frames(fd: int, path: Path, cut: bool) -> Iterator[list[Record]]:
     """The good records of the log open (and locked) as ``fd``, a piece at a time, their frames checked without
-    their payloads: a torn or corrupt tail is cut after the last (with ``cut``; else left, not read), with a warning
+    their payloads but for the last ones' (:func:`_written`): a torn or corrupt tail, or one of records no server
+    writes, is cut after the last (with ``cut``; else left, not read), with a warning
     naming the bytes lost and the last good record; :class:`LogCorrupt` for a damaged record with good ones after
     it. What a load's check and a compaction's cut (:func:`cut`) both do."""
     last = "no record"
     for records, end, problem in _scan_file(fd, None, body=False):
+        if problem is not None or end >= os.fstat(fd).st_size:  # the last piece: the records that end it checked
+            written, unwritten = _written(fd, records)
+            if unwritten is not None:  # records no server wrote, and what torn tail follows them
+                end, problem, records = records[len(written)].offset, unwritten, written
         last = f"sequence number {records[-1].seq}" if records else last
         if problem is not None:
             lost = f"{os.fstat(fd).st_size - end} bytes at byte {end}"
@@ -544,6 +567,20 @@ def _recovered_frames(fd: int, path: Path, cut: bool) -> Iterator[list[Record]]:
                 os.ftruncate(fd, end)
                 os.fsync(fd)
         yield records
+
+
+def _written(fd: int, records: list[Record]) -> tuple[list[Record], str | None]:
+    """``records`` (whose frames were checked) without those at their end whose payload no server writes (no JSON
+    object, :func:`_body`), and why the first of those holds no write (None: there are none). The last payloads
+    alone are parsed: a log's check parses one in general."""
+    count, why = len(records), None
+    while count and isinstance(problem := _body(_payload(fd, records[count - 1])), str):
+        count, why = count - 1, problem
+    return records[:count], why
+
+
+def _payload(fd: int, record: Record) -> bytes:
+    return os.pread(fd, record.end - record.offset - HEADER.size, record.offset + HEADER.size)
 
 
 def check_writable(path: Path) -> None:
@@ -735,7 +772,8 @@ def cut(path: Path, covered: int) -> int:
     """Drop the records up to sequence ``covered`` (folded into a published version): the later ones are written
     to a new file renamed over the log, under the lock, so writes arriving meanwhile are kept; the replaced file
     stays at :func:`previous_path` until the next cut. A log without such records is left as it is. Returns the
-    records kept. Its frames are checked, their payloads not parsed (the compaction's replay parsed them)."""
+    records kept. Its frames are checked, their payloads not parsed (the compaction's replay parsed them) but for the
+    last ones, which may be a tail no server wrote, cut as a load cuts it."""
     if not path.is_file():
         return 0
     with _locked(path, os.O_RDWR, fcntl.LOCK_EX) as fd:

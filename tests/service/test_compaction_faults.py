@@ -205,18 +205,23 @@ def test_a_compaction_never_publishes_over_a_version_published_meanwhile(
     assert log.stat().st_size == size
 
 
+@pytest.mark.parametrize("spec", ["hnsw:M=8", "flat"])
 def test_a_compaction_folds_into_the_version_an_index_publishes_meanwhile(
-    lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str
 ) -> None:
     """``embedding-index index`` by hand beside a server that compacts: its version, published while the server's
     compaction built, failed the compaction (``table 'lee' was published again while it was being compacted``;
     1 of 23 compactions in the server's log while it ran 20 times). A version of the same build (its index, its SIF
-    component replaced) is compacted again from the newest version, keeping its index."""
+    component replaced) is compacted again from the newest version, keeping its index. A version whose manifest is
+    the same as the one it replaced (``index --index flat`` of a flat table, run twice) is one too: it failed the
+    compaction as damage (``manifest.json changed in place while it was being compacted``), which verify did not
+    find."""
     from index.build.writer import index_table
 
     data = tmp_path / "data"
     path = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
     assert run_cli("import", path, "--format", "documents", "--name", "lee", "--data-dir", data).code == 0
+    index_table(data, "lee", index_spec=spec)  # the version the one published meanwhile repeats
     log = writelog.log_path(data, "lee")
     append(log, lee_docs, 0, 2)
     build = compact_module.build_table
@@ -225,13 +230,13 @@ def test_a_compaction_folds_into_the_version_an_index_publishes_meanwhile(
     def index_meanwhile(*args: Any, **kwargs: Any) -> dict[str, Any]:
         builds.append(1)
         if len(builds) == 1:
-            index_table(data, "lee", index_spec="hnsw:M=8")
+            index_table(data, "lee", index_spec=spec)
         return build(*args, **kwargs)
 
     monkeypatch.setattr(compact_module, "build_table", index_meanwhile)
     assert compact(data, "lee")["written"] == 2
     manifest = artifact.read_manifest(data / "lee")
-    assert len(builds) == 2 and manifest["log_sequence"] == 2 and manifest["index"]["spec"]["kind"] == "hnsw"
+    assert len(builds) == 2 and manifest["log_sequence"] == 2 and manifest["index"]["spec"]["kind"] == spec[:4]
     assert artifact.verify(data / "lee").ok and recovered(log) == []
 
 

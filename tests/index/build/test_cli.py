@@ -606,8 +606,7 @@ def test_verify_gives_up_on_a_table_published_anew_every_time_it_verifies_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A server compacting more often than verify reads the table: a newer version published in every round made
-    verify verify again without end. It verifies at most ``VERIFY_ROUNDS`` versions, then says why it stopped."""
-    from index.build.cli import VERIFY_ROUNDS
+    verify verify again without end. It verifies at most ``artifact.ROUNDS`` versions, then says why it stopped."""
     from index.build.compact import compact
 
     data = tmp_path / "data"
@@ -617,7 +616,7 @@ def test_verify_gives_up_on_a_table_published_anew_every_time_it_verifies_it(
 
     def read_pieces(log_file: Path) -> Iterator[list[writelog.Record]]:
         reads.append(log_file)
-        assert len(reads) <= 2 * VERIFY_ROUNDS, "verify never stops"
+        assert len(reads) <= 2 * artifact.ROUNDS, "verify never stops"
         seq = 2 * len(reads)  # a write folded into a version published, and one after it, before the log is read
         with writelog.appending(path) as log:
             log.append(seq - 1, {"op": "delete", "ids": [lee_docs.ids[seq - 1]]})
@@ -629,11 +628,11 @@ def test_verify_gives_up_on_a_table_published_anew_every_time_it_verifies_it(
     monkeypatch.setattr(writelog, "read_pieces", read_pieces)
     with progress_lines() as stream, pytest.raises(typer.Exit) as exited:
         verify("lee", data_dir=data, quiet=False)
-    assert exited.value.exit_code == 1 and len(reads) == VERIFY_ROUNDS, reads
+    assert exited.value.exit_code == 1 and len(reads) == artifact.ROUNDS, reads
     said = "a newer version of 'lee' was published while it was verified; verifying it ..."
-    assert stream.getvalue().count(said) == VERIFY_ROUNDS - 1, stream.getvalue()
+    assert stream.getvalue().count(said) == artifact.ROUNDS - 1, stream.getvalue()
     assert capsys.readouterr().err == (
-        f"embedding-index: error: table 'lee': a newer version was published each of the {VERIFY_ROUNDS} times it "
+        f"embedding-index: error: table 'lee': a newer version was published each of the {artifact.ROUNDS} times it "
         "was verified (a server compacting it more often than verify reads it); verify it again when it is compacted "
         "less often\n"
     )
@@ -781,9 +780,10 @@ def test_compact_waits_for_a_compaction_another_process_is_making(
                 log.append(2, {"op": "delete", "ids": [lee_docs.ids[2]]})
         thread.join(30)
     assert not errors, errors
-    assert "embedding-index: table 'lee' is being compacted by another process; waiting for it ..." in (
-        stream.getvalue().splitlines()
-    ), stream.getvalue()
+    assert (
+        f"embedding-index: table 'lee' is being compacted by another process (process {os.getpid()}); waiting for it, "
+        "10m00s at most (--wait) ..."
+    ) in stream.getvalue().splitlines(), stream.getvalue()
     assert artifact.read_manifest(data / "lee")["log_sequence"] == 2
 
 
@@ -815,3 +815,121 @@ def test_index_builds_the_newest_version_when_a_compaction_publishes_one_meanwhi
     manifest = artifact.read_manifest(data / "lee")
     assert (manifest["rows"], manifest["log_sequence"], manifest["index"]["spec"]["kind"]) == (299, 1, "flat")
     assert artifact.verify(data / "lee").ok
+
+
+def test_compact_waits_for_another_compaction_at_most_its_wait(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction that holds the table's lock and never ends (a server's compaction child stopped, a hung disk):
+    ``embedding-index compact`` waited for it without end and without a word after its first line, and a cron job
+    hung with it. It waits ``--wait`` seconds at most, saying every few seconds what it waits for, then exits 1
+    naming the table and the process that held the lock, nothing changed; once the lock is free it compacts."""
+    from index import progress
+    from index.build.compact import locked
+
+    data, path = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
+    manifest, log = artifact.read_manifest(data / "lee"), path.read_bytes()
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.2)
+    with locked(data, "lee"):  # the other process's compaction: this process, as the lock file names it
+        started = time.monotonic()
+        done = run_cli("compact", "lee", "--data-dir", data, "--wait", "1", quiet=False)
+        waited = time.monotonic() - started
+    holder, lines = f"process {os.getpid()}", done.err.splitlines()
+    assert done.code == 1 and 1 <= waited < 10, (done, waited)
+    assert lines[0] == (
+        f"embedding-index: table 'lee' is being compacted by another process ({holder}); waiting for it, 1s at most "
+        "(--wait) ..."
+    ), lines
+    assert (
+        sum(
+            line.startswith(f"embedding-index: still waiting for the other compaction of 'lee' ({holder}): ")
+            for line in lines
+        )
+        >= 2
+    )
+    assert lines[-1] == (
+        f"embedding-index: error: table 'lee' not compacted: another compaction of it ({holder}) held its lock for "
+        "the 1s it was given (--wait); nothing was changed: compact it again once that one is done, or with a longer "
+        "--wait"
+    ), lines
+    assert artifact.read_manifest(data / "lee") == manifest and path.read_bytes() == log
+    assert not list(data.glob(".tmp-*"))
+    done = run_cli("compact", "lee", "--data-dir", data, "--wait", "1")
+    assert done.code == 0 and artifact.read_manifest(data / "lee")["log_sequence"] == 1, done
+
+
+def test_compact_gives_up_on_a_table_published_anew_every_time_it_is_compacted(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``embedding-index index`` publishing a version of the same build while each compaction builds: the compaction
+    began again from the newest version, without end. It compacts at most ``artifact.ROUNDS`` versions, then says why
+    it stopped, nothing replaced and the log as it was."""
+    from index.build import compact as compact_module
+
+    data, path = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
+    build, builds = compact_module.build_table, []
+
+    def index_meanwhile(*args: object, **kwargs: object) -> dict[str, object]:
+        builds.append(1)
+        assert len(builds) <= 2 * artifact.ROUNDS, "compact never stops"
+        said = len(artifact.changed)
+        writer.index_table(data, "lee", index_spec="flat")  # a version of the same build, published meanwhile
+        del artifact.changed[said:]  # another process's publish: not the command's own
+        return build(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compact_module, "build_table", index_meanwhile)
+    log = path.read_bytes()
+    with progress_lines() as stream:
+        done = run_cli("compact", "lee", "--data-dir", data, quiet=False)
+    assert done.code == 1 and len(builds) == artifact.ROUNDS, (done, builds)
+    said = "table 'lee' was published again while it was being compacted; nothing replaced; compacting the newest"
+    assert stream.getvalue().count(said) == artifact.ROUNDS - 1, stream.getvalue()
+    assert done.err == (
+        f"embedding-index: error: table 'lee' not compacted: a newer version of it was published each of the "
+        f"{artifact.ROUNDS} times it was compacted (embedding-index index or sif run meanwhile); nothing replaced: "
+        "compact it again once they are done\n"
+    ), done.err
+    assert artifact.read_manifest(data / "lee").get("log_sequence", 0) == 0 and path.read_bytes() == log
+    assert artifact.verify(data / "lee").ok and not list(data.glob(".tmp-*"))
+
+
+def test_index_gives_up_on_a_table_compacted_anew_every_time_its_index_is_built(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server compacting the table more often than ``embedding-index index`` builds its index: a compaction
+    published in every round made it build the newest version's index again, without end. It builds at most
+    ``artifact.ROUNDS`` indexes, then says why it stopped, the newest version left as the compaction published it."""
+    from index.build.compact import compact
+    from index.build.index_choice import build_and_measure
+
+    data, path = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
+    builds: list[int] = []
+    compacting: list[int] = []
+
+    def build_and_measure_compacted(vectors: np.ndarray, *args: object, **kwargs: object) -> object:
+        if not compacting:  # the index's build, not the compaction's
+            builds.append(len(vectors))
+            assert len(builds) <= 2 * artifact.ROUNDS, "index never stops"
+            compacting.append(1)
+            seq = len(builds) + 1  # a write after the one the log holds, then the server's compaction publishes
+            with writelog.appending(path) as log:
+                log.append(seq, {"op": "delete", "ids": [lee_docs.ids[seq]]})
+            said = len(artifact.changed)
+            compact(data, "lee")
+            del artifact.changed[said:]  # another process's publish: not the command's own
+            compacting.pop()
+        return build_and_measure(vectors, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writer, "build_and_measure", build_and_measure_compacted)
+    with progress_lines() as stream:
+        done = run_cli("index", "lee", "--index", "flat", "--data-dir", data, quiet=False)
+    said = "a newer version of 'lee' was published while its index was built; indexing it ..."
+    assert done.code == 1 and stream.getvalue().count(said) == artifact.ROUNDS - 1, (done, stream.getvalue())
+    assert done.err == (
+        f"embedding-index: error: table 'lee': a newer version was published each of the {artifact.ROUNDS} times its "
+        "index was built (a server compacting it more often than its index is built); nothing replaced: build it "
+        "again when it is compacted less often\n"
+    ), done.err
+    manifest = artifact.read_manifest(data / "lee")
+    assert manifest["log_sequence"] == artifact.ROUNDS + 1 and manifest["compacted_at"]  # the last compaction's
+    assert len(builds) == artifact.ROUNDS and artifact.verify(data / "lee").ok and not list(data.glob(".tmp-*"))

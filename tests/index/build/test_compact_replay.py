@@ -4,8 +4,12 @@ once, as a server replays it at load."""
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
+import struct
 import tracemalloc
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,14 @@ def logged(data_dir: Path, bodies: list[dict[str, Any]]) -> Path:
         for seq, body in enumerate(bodies, 1):
             log.append(seq, body)
     return path
+
+
+def frame_of_no_object(seq: int) -> bytes:
+    """A whole frame of sequence ``seq``, its checksum right, whose payload is JSON but no object: no server writes
+    one."""
+    payload = b'"not a write"'
+    crc = zlib.crc32(payload, zlib.crc32(struct.pack("<Q", seq)))
+    return writelog.HEADER.pack(writelog.MARK, len(payload), seq, crc) + payload
 
 
 def fresh(data_dir: Path) -> Delta:
@@ -145,3 +157,29 @@ def test_a_write_during_a_compactions_replay_is_kept_in_the_log_once(
     assert version.payload is not None and "during-replay" not in version.payload.ids(range(version.rows))
     kept = recovered(path)
     assert appended and [(r.seq, r.body["documents"][0]["id"]) for r in kept] == [(count + 1, "during-replay")]
+
+
+def test_a_record_no_server_writes_appended_during_a_compaction_is_cut_as_a_load_cuts_it(
+    data_dir: Path, lee_docs: Lee, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A whole, checksummed frame whose payload is no JSON object (no server writes one, so no acknowledged write)
+    appended after a compaction's replay: the cut checks frames only and kept it ("1 later write kept in the log"),
+    and the server then refused the new version (``record at byte 0 ... is damaged: a payload that is not a JSON
+    object``), answering 503 to the table's requests. The cut and the load follow one rule: it is a damaged tail, cut
+    with the torn tail's warning, and the table loads with every write."""
+    path = logged(data_dir, writes(lee_docs, 3))
+    build = compact.build_table
+
+    def build_then_append(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        with writelog.appending(path) as log:
+            os.pwrite(log.fd, frame_of_no_object(4), os.fstat(log.fd).st_size)  # another program's, after the replay
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(compact, "build_table", build_then_append)
+    with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
+        done = compact.compact(data_dir, "lee")
+    assert (done["log_sequence"], done["kept"]) == (3, 0), done
+    assert "(a payload that is not a JSON object); last good record: sequence number 3" in caplog.text, caplog.text
+    assert path.read_bytes() == b"" and recovered(path) == []
+    table = Table.load(data_dir / "lee", checksums=False)
+    assert table.manifest["log_sequence"] == 3

@@ -33,7 +33,7 @@ from index.engine.live_search import LiveKeyword
 from index.engine.query import Examples, Failed, Query, Result
 from index.engine.shards import ShardedTable, merge
 from index.engine.table import SearchOptions, Table, VectorSearch
-from index.store import artifact, shardmap
+from index.store import artifact, shardmap, writelog
 from tests.index.engine.test_keyword import assert_lengths_are_the_cut
 from tests.lee import Lee, jsonl_records, write_jsonl
 
@@ -146,6 +146,38 @@ def test_a_damaged_shard_or_map_fails_verify(tmp_path: Path, data_dir: Path) -> 
     manifest.write_text(json.dumps(changed))
     done = run(EXE, "verify", "lee3", "--data-dir", copy)
     assert done.returncode == 1 and "shard-002: its manifest is not the one the shard map names" in done.stderr
+
+
+@pytest.mark.parametrize("damage", ["a damaged record", "a gap"])
+def test_verify_replays_each_shards_write_log_as_a_server_would(tmp_path: Path, data_dir: Path, damage: str) -> None:
+    """A sharded table's verify checked its files alone: a shard's write log that a server's load refuses (a damaged
+    record with good ones after it, writes missing between the shard's version and its log) passed ("lee3: ok"),
+    and the table was then refused at load; so did the shard verified alone in its server's data directory
+    ("shard-001: ok"). Each shard's log is replayed as a single table's is, and named."""
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir / "lee3", copy / "lee3")
+    shard = copy / "lee3" / "shard-001"
+    ids = Table.load(shard).payload.ids(range(3))  # type: ignore[union-attr]
+    path = writelog.table_log(shard)
+    first = 1 if damage == "a damaged record" else 3
+    with writelog.appending(path) as log:
+        records = [log.append(first + i, {"op": "delete", "ids": [ident]}) for i, ident in enumerate(ids)]
+    if damage == "a damaged record":
+        data = bytearray(path.read_bytes())
+        data[records[1].end - 2] ^= 0x20  # the second record's payload: good ones before and after it
+        path.write_bytes(bytes(data))
+        why = f"record at byte {records[1].offset} (after sequence number 1) is damaged: a checksum that does not match"
+    else:
+        why = "its first record has sequence 3, but its version holds the writes up to 0 only"
+    done = run(EXE, "verify", "lee3", "--data-dir", copy)
+    said = f"embedding-index: error: {copy / 'lee3'}: its write log lee3/shard-001.log would refuse it: "
+    assert done.returncode == 1 and said in done.stderr and why in done.stderr, done.stderr
+    assert "replaying its write log lee3/shard-001.log as a server would ..." in done.stderr, done.stderr
+    alone = run(EXE, "verify", "shard-001", "--data-dir", copy / "lee3")  # on a shard's server: its own log
+    assert alone.returncode == 1 and "its write log lee3/shard-001.log would refuse it: " in alone.stderr, alone
+    path.unlink()  # the log moved aside: the table verifies
+    done = run(EXE, "verify", "lee3", "--data-dir", copy)
+    assert done.returncode == 0 and done.stdout.strip() == "lee3: ok", done.stderr
 
 
 def test_keyword_statistics_are_the_whole_tables(whole: Table, sharded: ShardedTable) -> None:

@@ -106,42 +106,85 @@ def test_a_corrupt_last_record_is_cut(tmp_path: Path, caplog: pytest.LogCaptureF
     assert f"cut {size} bytes at byte {records[-1].offset} (a checksum that does not match)" in caplog.text
 
 
-def test_a_checksummed_last_record_that_is_no_json_object_refuses_the_log(tmp_path: Path) -> None:
-    """A whole, checksummed frame in sequence whose payload is no JSON object (no appender writes one) is not a torn
-    tail: the load's check of the frames keeps it, its reading refuses the log, and nothing is cut."""
+def test_a_checksummed_last_record_that_is_no_json_object_is_cut_as_a_damaged_tail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A whole, checksummed frame in sequence whose payload is no JSON object holds no write a server acknowledged
+    (a server writes JSON objects): last in the log, it is a damaged tail, cut with the torn tail's warning, and
+    the writes go on after the last good record."""
     path = tmp_path / "t.log"
-    write(path, 2)
-    payload = b"[1, 2]"
-    crc = zlib.crc32(payload, zlib.crc32(struct.pack("<Q", 3)))
+    records = write(path, 2)
     with path.open("ab") as handle:
-        handle.write(writelog.HEADER.pack(writelog.MARK, len(payload), 3, crc) + payload)
-    before = path.read_bytes()
-    with pytest.raises(writelog.LogCorrupt, match="a payload that is not a JSON object"):
-        recovered(path)
-    assert path.read_bytes() == before
+        handle.write(raw_frame(3, b"[1, 2]"))
+    size = path.stat().st_size
+    with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
+        assert [r.seq for r in recovered(path)] == [1, 2]
+    assert path.stat().st_size == records[-1].end
+    lost = f"cut {size - records[-1].end} bytes at byte {records[-1].end} (a payload that is not a JSON object)"
+    assert f"{lost}; last good record: sequence number 2" in caplog.text, caplog.text
+    write(path, 1, first=3)
+    assert [(r.seq, r.body) for r in recovered(path)][-1] == (3, body(2))
+
+
+def test_records_no_server_writes_longer_than_a_piece_end_the_log_as_a_damaged_tail(tmp_path: Path) -> None:
+    """Such records at the end of the log longer than a piece of it (read a record at a time): the load reads the
+    writes before them and refuses nothing; the next writer cuts what the load's check did not, and appends after
+    the last good record."""
+    path = tmp_path / "t.log"
+    records = write(path, 2)
+    with path.open("ab") as handle:
+        handle.write(b"".join(raw_frame(seq, b'"' + b"x" * 40 + b'"') for seq in range(3, 8)))
+    assert [r.seq for r in recovered(path)] == [1, 2]
+    with writelog.appending(path) as log:
+        assert log.new_records(records[-1].end, 2, log.inode) == ([], records[-1].end)
+        log.append(3, body(2))
+    assert [(r.seq, r.body) for r in recovered(path)] == [(1, body(0)), (2, body(1)), (3, body(2))]
 
 
 @pytest.mark.parametrize("reader", ["read_new", "read_pieces", "new_records"])
-def test_every_reader_refuses_a_checksummed_last_record_that_is_no_json_object(tmp_path: Path, reader: str) -> None:
-    """A replica's read, a read under a shared lock and a writer's read before it appends refuse that record as the
-    load does: none skips it, and the writer does not cut it as a torn tail."""
+def test_every_reader_takes_a_checksummed_last_record_that_is_no_json_object_for_a_damaged_tail(
+    tmp_path: Path, reader: str
+) -> None:
+    """A replica's read and a read under a shared lock leave that record unread, as they leave a torn tail, for the
+    writer to cut; a writer's read before it appends cuts it, so that its record follows the last good one. None
+    refuses the log over it, nor reads it as a write."""
     path = tmp_path / "t.log"
     records = write(path, 2)
-    payload = b'"gpl"'
-    crc = zlib.crc32(payload, zlib.crc32(struct.pack("<Q", 3)))
     with path.open("ab") as handle:
-        handle.write(writelog.HEADER.pack(writelog.MARK, len(payload), 3, crc) + payload)
+        handle.write(raw_frame(3, b'"gpl"'))
     before = path.read_bytes()
-    message = f"record at byte {records[-1].end} \\(after sequence number 2\\) is damaged: a payload that is not a JSON"
-    with pytest.raises(writelog.LogCorrupt, match=message):
-        if reader == "read_new":
-            writelog.read_new(path, records[0].end, 1, path.stat().st_ino)
-        elif reader == "read_pieces":
-            list(writelog.read_pieces(path))
-        else:
-            with writelog.appending(path) as log:
-                log.new_records(records[0].end, 1, log.inode)
+    if reader == "read_new":
+        found, end, _ = writelog.read_new(path, records[0].end, 1, path.stat().st_ino)
+        assert [r.seq for r in found] == [2] and end == records[-1].end
+    elif reader == "read_pieces":
+        assert [r.seq for piece in writelog.read_pieces(path) for r in piece] == [1, 2]
+    else:
+        with writelog.appending(path) as log:
+            found, end = log.new_records(records[0].end, 1, log.inode)
+            assert [r.seq for r in found] == [2] and end == records[-1].end
+        assert path.stat().st_size == records[-1].end
+        return
     assert path.read_bytes() == before
+
+
+def test_a_checksummed_record_that_is_no_json_object_with_good_records_after_it_refuses_the_log(
+    tmp_path: Path,
+) -> None:
+    """Not last, such a record is damage in the middle: the writes after it may have been acknowledged."""
+    path = tmp_path / "t.log"
+    records = write(path, 1)
+    junk = raw_frame(2, b"[1, 2]")
+    with path.open("ab") as handle:
+        handle.write(junk)
+    write(path, 1, first=3)
+    before = path.read_bytes()
+    message = (
+        f"record at byte {records[0].end} (after sequence number 1) is damaged: a payload that is not a JSON object; "
+        f"good records follow at byte {records[0].end + len(junk)}, so it is not a torn tail"
+    )
+    with pytest.raises(writelog.LogCorrupt) as refused:
+        recovered(path)
+    assert str(refused.value) == message and path.read_bytes() == before
 
 
 @pytest.mark.parametrize("where", ["payload", "length", "mark"])
@@ -298,16 +341,18 @@ def test_a_cut_keeps_the_records_after_what_it_covered(tmp_path: Path) -> None:
     assert [r.seq for r in recovered(path)] == [5, 6, 7, 8]
 
 
-def test_a_cut_parses_no_payload_under_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cut_parses_the_last_payload_alone_under_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A cut reads the whole log under its exclusive lock, the writes of every worker waiting: it checks the frames
     (the records to keep, a torn tail) without parsing their payloads, as a load's check does (over a log of
-    184 MiB: 0.53-0.78 s, 4.5-5.3 s when it parsed them)."""
+    184 MiB: 0.53-0.78 s, 4.5-5.3 s when it parsed them), but for the last record's, which no server may have
+    written (a damaged tail then)."""
     path = tmp_path / "t.log"
     write(path, 7)
     parsed: list[bytes] = []
     loads = writelog._loads
     monkeypatch.setattr(writelog, "_loads", lambda payload: parsed.append(payload) or loads(payload))
-    assert writelog.cut(path, 4) == 3 and parsed == []
+    assert writelog.cut(path, 4) == 3
+    assert parsed == [writelog.frame(7, {**body(6), "table": writelog.log_owner(path)})[writelog.HEADER.size :]]
     assert [(r.seq, r.body) for r in recovered(path)] == [(i + 1, body(i)) for i in range(4, 7)]
 
 
@@ -602,14 +647,17 @@ def test_a_cut_cuts_a_torn_tail_too(tmp_path: Path, covered: int, caplog: pytest
     assert [r.seq for r in recovered(path)] == list(range(covered + 1, 6))
 
 
-@pytest.mark.parametrize("damage", ["partial header", "partial payload", "checksum last", "checksum middle"])
+@pytest.mark.parametrize(
+    "damage",
+    ["partial header", "partial payload", "checksum last", "checksum middle", "no object last", "no objects last"],
+)
 def test_a_cut_and_a_load_treat_every_damaged_tail_alike(
     tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A compaction's cut and a load check the frames with the same reader: a torn tail of any shape (a header cut
-    short, a payload cut short, a checksum that does not match in the last record) is cut at the same byte with
-    the same warning by both; a record damaged with good ones after it refuses the log in the same words, nothing
-    cut."""
+    short, a payload cut short, a checksum that does not match in the last record, whole checksummed records at the
+    end whose payloads are no JSON object) is cut at the same byte with the same warning by both; a record damaged
+    with good ones after it refuses the log in the same words, nothing cut."""
     logs = {}
     for caller in ("load", "cut"):
         path = tmp_path / caller / writelog.DIRECTORY / "t.log"  # the same log's name: frames of the same bytes
@@ -621,6 +669,10 @@ def test_a_cut_and_a_load_treat_every_damaged_tail_alike(
             del data[last.offset + 7 :]
         elif damage == "partial payload":
             del data[last.end - 5 :]
+        elif damage == "no object last":
+            data[last.offset :] = raw_frame(4, b'"gpl"')
+        elif damage == "no objects last":  # the last two: the tail from the first of them
+            data[records[2].offset :] = raw_frame(3, b"[3]") + raw_frame(4, b"null")
         else:
             data[(last if damage == "checksum last" else second).end - 3] ^= 0x20
         path.write_bytes(bytes(data))
@@ -646,9 +698,10 @@ def test_a_cut_and_a_load_treat_every_damaged_tail_alike(
         )
         assert outcomes["load"][1] == outcomes["cut"][1] == len(data)
     else:
-        assert outcomes["load"][:2] == outcomes["cut"][:2] == (3, last.offset), outcomes
+        kept = 2 if damage == "no objects last" else 3
+        assert outcomes["load"][:2] == outcomes["cut"][:2] == (kept, records[kept].offset), outcomes
         assert outcomes["load"][2] == outcomes["cut"][2] and len(outcomes["cut"][2]) == 1, outcomes
-        assert f"cut {len(data) - last.offset} bytes at byte {last.offset} (" in outcomes["cut"][2][0]
+        assert f"cut {len(data) - records[kept].offset} bytes at byte {records[kept].offset} (" in outcomes["cut"][2][0]
 
 
 def raw_frame(seq: int, payload: bytes) -> bytes:

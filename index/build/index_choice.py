@@ -404,11 +404,13 @@ class BelowRecall(InvalidQuery):
         self.choice = choice
 
 
-def fallback_spec(rows: int) -> IndexSpec:
-    """The index a compaction takes where the table's own misses ``--min-recall``: what ``auto`` takes, exact search
+def fallback_spec(rows: int, refused: str) -> IndexSpec:
+    """The index taken where the ``refused`` kind of index misses ``--min-recall``: what ``auto`` takes, exact search
     below ``AUTO_FLAT_BELOW`` rows, else IVF, whose recall rises to that of exact search as nprobe nears its lists
-    (they hold the rows), so that it reaches any recall asked."""
-    if rows < AUTO_FLAT_BELOW:
+    (they hold the rows), so that it reaches any recall asked. In place of an index other than ``auto``'s or
+    ``hnsw``'s graph (which hold the rows), one that may hold codes of a few bytes a row (``ivfpq``, a factory
+    string), exact search at any size: an IVF index would hold the rows again, in memory."""
+    if rows < AUTO_FLAT_BELOW or refused not in ("auto", "hnsw"):
         return IndexSpec(kind="flat")
     return IndexSpec(kind="ivf", nlist=default_nlist(rows), target_recall=AUTO_TARGET_RECALL)
 
@@ -554,7 +556,7 @@ def build_and_measure(
     except BelowRecall as exc:
         if not (fallback or spec.kind == "auto"):
             raise
-        instead = fallback_spec(len(vectors))
+        instead = fallback_spec(len(vectors), spec.kind)
         note(f"{exc.message}; building {instead.kind} instead")
         built = _build_and_measure(vectors, instead, min_recall, seed, budget)
         if exc.choice is not None:

@@ -20,6 +20,7 @@ from index.build.index_choice import (
     AUTO_TARGET_RECALL,
     IndexSpec,
     build_and_measure,
+    fallback_spec,
     parse_spec,
 )
 from index.build.writer import index_table
@@ -118,3 +119,13 @@ def test_auto_falls_back_to_ivf_when_its_graph_misses_the_recall(
     assert built.info["choice"] == {"chosen": "hnsw"}
     assert built.info["fallback"]["index"]["M"] == 4 and built.info["fallback"]["recall_at_10"] < 0.95
     assert built.info["fallback"]["instead"] == "ivf"
+
+
+def test_the_index_taken_instead_is_exact_search_but_for_a_large_graph() -> None:
+    """Exact search below ``AUTO_FLAT_BELOW`` rows, and in place of any index but a graph (an index of codes, which
+    a table takes to hold less than its rows: IVF would hold them again); IVF in place of a large graph."""
+    assert fallback_spec(300 + WRITTEN, "hnsw").kind == "flat"
+    assert fallback_spec(AUTO_FLAT_BELOW, "hnsw").kind == "ivf"
+    assert fallback_spec(AUTO_FLAT_BELOW, "auto").kind == "ivf"
+    assert fallback_spec(AUTO_FLAT_BELOW, "ivfpq").kind == "flat"
+    assert fallback_spec(AUTO_FLAT_BELOW, "factory").kind == "flat"

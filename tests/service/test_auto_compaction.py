@@ -14,8 +14,9 @@ import numpy as np
 
 from index.build.writer import index_table
 from index.store import artifact, shardmap, writelog
+from tests.cli import run_cli
 from tests.index.build.test_compact_ties import GRAPH, WRITTEN, templated
-from tests.lee import Lee
+from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.logs import recovered
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
@@ -150,3 +151,32 @@ def test_a_table_whose_writes_tie_massively_is_compacted_into_exact_search(
             kth = np.sort(exact)[-10]
             found = [row_of[hit["id"]] for hit in hits]
             assert len(set(found)) == 10 and min(exact[found]) >= kth - 1e-6, (a, b)
+
+
+def test_a_sharded_table_whose_writes_tie_massively_is_compacted_into_exact_search(
+    lee_docs: Lee, tmp_path: Path
+) -> None:
+    """The same writes to Lee imported as 3 shards with that graph: each shard's compaction takes exact search,
+    the line says the lowest recall of the shards', as the summary's ``index_fallback`` does."""
+    source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    data = tmp_path / "data"
+    done = run_cli("import", source, "--name", "lee", "--shards", LEE_SHARDS, "--index", GRAPH, "--data-dir", data)
+    assert done.code == 0, done.err
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": str(WRITTEN)}
+    with real_server.running(data, tmp_path / "serve.log", env=env) as server:
+        url = f"{server.base}/v1/tables/lee"
+        for body in templated(lee_docs):
+            documents = {"documents": body["documents"]}
+            answer = real_server.HTTP.post(f"{url}/documents", json=documents, headers=HEADERS, timeout=60)
+            assert answer.status_code == 200, answer.text
+        real_server.wait_for(
+            lambda: real_server.HTTP.get(url).json()["writes"]["written"] == 0, seconds=SECONDS, what="the compaction"
+        )
+        summary = real_server.HTTP.get(url).json()
+        assert summary["rows"] == 300 + WRITTEN and summary["index"]["kind"] == "flat"
+        shards = [artifact.read_manifest(data / "lee" / shardmap.shard_name(s))["index"] for s in range(3)]
+        assert all(shard["fallback"]["instead"] == "flat" for shard in shards), shards
+        lowest = min(shard["fallback"]["recall_at_10"] for shard in shards)
+        assert summary["index_fallback"]["recall_at_10"] == lowest < 0.95
+        said = re.findall(r"table 'lee': compacted 'lee': .* index flat in place of .*", server.log())
+        assert len(said) == 1 and f"recall@10 {lowest} is below --min-recall 0.95" in said[0], said

@@ -771,9 +771,16 @@ def compact(
     if not done["written"]:
         typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")
         return
+    fallback = done.get("fallback")
+    instead = (
+        f"; index {fallback['instead']} in place of {json.dumps(fallback['index'])}, whose recall@10 "
+        f"{fallback['recall_at_10']} is below --min-recall {fallback['min_recall']}"
+        if fallback
+        else ""
+    )
     typer.echo(
         f"compacted {name!r}: {counted(done['written'], 'write')} folded in, {counted(done['rows'], 'document')}, "
-        f"sequence {done['log_sequence']}; {counted(done['kept'], 'later write')} kept in the log"
+        f"sequence {done['log_sequence']}; {counted(done['kept'], 'later write')} kept in the log{instead}"
     )
 
 

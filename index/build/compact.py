@@ -186,7 +186,10 @@ def check_log(directory: Path, path: Path) -> None:
 
 def built_as(manifest: dict[str, Any]) -> dict[str, Any]:
     """``build_table``'s options as the version of ``manifest`` was built (index, recall, seed, build budget): the
-    next version is built as the import built it (a table built before the budget was recorded: the default one)."""
+    next version is built as the import built it (a table built before the budget was recorded: the default one).
+    Where that index no longer reaches the recall (rows that tie massively, among which a graph loses its way), the
+    one ``auto`` takes is built instead, recorded under ``index.fallback``: a compaction that refused would leave
+    its log to grow at every write."""
     build = manifest.get("build", {})
     return {
         "index_spec": str(build.get("index", "auto")),
@@ -194,6 +197,7 @@ def built_as(manifest: dict[str, Any]) -> dict[str, Any]:
         "params": build,
         "seed": int(build.get("seed", 0)),
         "budget": float(build.get("budget_seconds", AUTO_BUDGET_SECONDS)),
+        "fallback": True,
     }
 
 
@@ -269,10 +273,11 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
         **built_as(manifest),
     )
     kept = finish(data_dir, [(path, delta.seq)])
-    return {
-        "table": name,
-        "log_sequence": delta.seq,
-        "written": delta.seq - covered,
-        "rows": published["rows"],
-        "kept": kept,
-    }
+    done = {"table": name, "log_sequence": delta.seq, "written": delta.seq - covered, "rows": published["rows"]}
+    return {**done, "kept": kept, **fell_back(published)}
+
+
+def fell_back(manifest: dict[str, Any]) -> dict[str, Any]:
+    """``{"fallback": ...}``, what a compaction built in place of the table's index (``index.fallback``), or ``{}``."""
+    fallback = manifest.get("index", {}).get("fallback")
+    return {"fallback": fallback} if fallback else {}

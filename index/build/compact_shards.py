@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from index.build.budget import COMPACT_WAIT_SECONDS
-from index.build.compact import all_deleted, built_as, finish, folded, locked, replay, unchanged
+from index.build.compact import all_deleted, built_as, fell_back, finish, folded, locked, replay, unchanged
 from index.build.documents import Documents
 from index.build.shard import import_sharded
 from index.build.sources import RawTable
@@ -96,13 +96,11 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         identity=manifest["shards"].get(shardmap.IMPORT),  # the same import, its shards served on
     )
     kept = finish(data_dir, logs)
-    return {
-        "table": name,
-        "log_sequence": sum(sequences),
-        "written": written,
-        "rows": published["rows"],
-        "kept": kept,
-    }
+    # The shard whose index fell furthest below the recall, as the table's summary gives its shards' lowest recall
+    shards = [artifact.read_manifest(directory / shard) for shard in table.map.names]
+    lowest = min(shards, key=lambda shard: shard["index"].get("fallback", {}).get("recall_at_10", 2.0))
+    done = {"table": name, "log_sequence": sum(sequences), "written": written, "rows": published["rows"]}
+    return {**done, "kept": kept, **fell_back(lowest)}
 
 
 def _emptied(parts: list[Delta]) -> list[int]:

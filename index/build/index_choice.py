@@ -7,7 +7,7 @@ Rows are unit-normalised, so inner product equals cosine. Specs:
   sample, scaled to the whole table by the growth measured on it, fits; else IVF. Either way the search parameter
   (efSearch, nprobe) is raised until recall@10 >= 0.99 on a sample of rows (each one's own row left out of its
   answers, as a neighbours query leaves it out), and the manifest records the estimate and why the index was
-  chosen;
+  chosen. A graph that stays below ``--min-recall`` (rows that tie massively) gives way to IVF (``fallback_spec``);
 - ``flat``: exact inner product (the service then searches the memory-mapped matrix directly);
 - ``hnsw`` or ``hnsw:M=32,efConstruction=200,efSearch=48`` (those are the defaults, efSearch apart);
 - ``ivf`` or ``ivf:nlist=2048,nprobe=64`` (nlist defaults to about 2 sqrt(rows), nprobe is tuned when not given);
@@ -45,7 +45,7 @@ import numpy as np
 
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.faiss_stderr import faiss_warnings
-from index.build.recall import kth_scores, others, tied_recall
+from index.build.recall import kth_scores, others, tie_epsilon, tied_recall
 from index.engine.knn import index_knn, index_path, search_width, searched_index, set_search_params
 from index.errors import InvalidQuery
 from index.progress import Progress, duration, note, record
@@ -393,6 +393,28 @@ def choose_auto(vectors: np.ndarray, budget: float, seed: int = 0) -> tuple[Inde
     return ivf, why
 
 
+class BelowRecall(InvalidQuery):
+    """An index whose recall@10 stays below ``--min-recall``: the spec it was built from (``describe``), the recall
+    it reached and, for ``auto``, why it was chosen."""
+
+    def __init__(self, message: str, index: dict[str, Any], recall: float, choice: dict[str, Any] | None) -> None:
+        super().__init__(message)
+        self.index = index
+        self.recall = recall
+        self.choice = choice
+
+
+def fallback_spec(rows: int, refused: str) -> IndexSpec:
+    """The index taken where the ``refused`` kind of index misses ``--min-recall``: what ``auto`` takes, exact search
+    below ``AUTO_FLAT_BELOW`` rows, else IVF, whose recall rises to that of exact search as nprobe nears its lists
+    (they hold the rows), so that it reaches any recall asked. In place of an index other than ``auto``'s or
+    ``hnsw``'s graph (which hold the rows), one that may hold codes of a few bytes a row (``ivfpq``, a factory
+    string), exact search at any size: an IVF index would hold the rows again, in memory."""
+    if rows < AUTO_FLAT_BELOW or refused not in ("auto", "hnsw"):
+        return IndexSpec(kind="flat")
+    return IndexSpec(kind="ivf", nlist=default_nlist(rows), target_recall=AUTO_TARGET_RECALL)
+
+
 @dataclass
 class RecallProbe:
     """``sample`` rows drawn with ``seed`` as queries, with the k-th score of their exact top 10 computed once, each
@@ -423,6 +445,13 @@ class RecallProbe:
             return 1.0
         _, found = index_knn(index, self.queries, self.k + 1, search_width(index), self.vectors, rerank)
         return tied_recall(self.queries, self.vectors, self.kth, others(found, found, self.ids), self.k)
+
+    def copied(self) -> int:
+        """The sampled rows with at least k copies (each one's k-th exact score is 1, rounding apart): a graph's
+        links from such a row go to its copies, among which its search loses its way."""
+        if self.k == 0:
+            return 0
+        return int(np.count_nonzero(self.kth >= 1.0 - tie_epsilon(self.vectors.shape[1])))
 
 
 @dataclass
@@ -511,9 +540,37 @@ def _set_step(index: faiss.Index, spec: IndexSpec, step: int) -> None:
 
 
 def build_and_measure(
-    vectors: np.ndarray, spec: IndexSpec, min_recall: float, seed: int = 0, budget: float = AUTO_BUDGET_SECONDS
+    vectors: np.ndarray,
+    spec: IndexSpec,
+    min_recall: float,
+    seed: int = 0,
+    budget: float = AUTO_BUDGET_SECONDS,
+    fallback: bool = False,
 ) -> BuiltIndex:
-    """Build the index, measure recall@10 (tuning efSearch/nprobe where asked) and refuse it below ``min_recall``."""
+    """Build the index, measure recall@10 (tuning efSearch/nprobe where asked) and refuse it below ``min_recall``;
+    with ``fallback`` (a compaction, which must fold its log) or for ``auto`` (its HNSW graph), take
+    :func:`fallback_spec`'s index instead, its ``info["fallback"]`` saying which index missed the recall, by how
+    much, and what was taken."""
+    try:
+        return _build_and_measure(vectors, spec, min_recall, seed, budget)
+    except BelowRecall as exc:
+        if not (fallback or spec.kind == "auto"):
+            raise
+        instead = fallback_spec(len(vectors), spec.kind)
+        note(f"{exc.message}; building {instead.kind} instead")
+        built = _build_and_measure(vectors, instead, min_recall, seed, budget)
+        if exc.choice is not None:
+            built.info["choice"] = exc.choice
+        built.info["fallback"] = {
+            "index": exc.index,
+            "recall_at_10": round(exc.recall, 4),
+            "min_recall": min_recall,
+            "instead": instead.kind,
+        }
+        return built
+
+
+def _build_and_measure(vectors: np.ndarray, spec: IndexSpec, min_recall: float, seed: int, budget: float) -> BuiltIndex:
     started = time.perf_counter()
     if spec.kind == "flat":  # exact search runs on the stored matrix: no index, and no copy of the vectors
         info: dict[str, Any] = {"spec": spec.describe(), "faiss_description": "IndexFlatIP"}
@@ -544,6 +601,11 @@ def build_and_measure(
         why = f"index {spec.describe()} reached recall@10 {recall:.4f}, below --min-recall {min_recall}"
         if spec.kind == "factory" and param is None:
             why += " (a factory string's search parameters are FAISS's defaults; hnsw:... or ivf:... are tuned)"
-        raise InvalidQuery(why)
+        if param == "efSearch" and (copied := probe.copied()):
+            why += (
+                f"; {copied:,} of the {len(probe.ids):,} sampled rows have {probe.k} or more copies, among which a "
+                "graph loses its way (--index flat, or ivf for a large table, finds them)"
+            )
+        raise BelowRecall(why, spec.describe(), recall, choice)
     info["build_seconds"] = round(time.perf_counter() - started, 3)
     return BuiltIndex(index=index, info=info)

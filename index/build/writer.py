@@ -83,6 +83,7 @@ def build_table(
     budget: float = AUTO_BUDGET_SECONDS,
     complete: Callable[[Path], None] | None = None,
     empty: bool = False,
+    fallback: bool = False,
 ) -> dict[str, Any]:
     """Build table ``name`` under ``data_dir`` from ``raw``; return its manifest. ``complete``, if given, runs under
     the publish lock just before the new version takes the name (``artifact.staging``; it may refuse by raising).
@@ -91,6 +92,8 @@ def build_table(
     for 400,000 x 50, 2,289 MiB for 2,000,000 x 300); a caller that uses them afterwards gives a copy. Rows that
     cannot be written (a read-only array, one mapped from Ray's object store) are copied first.
     ``empty``: a table of no rows is built (a shard a compaction left without documents) rather than refused.
+    ``fallback``: an index below ``min_recall`` is replaced by the one ``auto`` takes (a compaction, which must fold
+    its log: ``index_choice.build_and_measure``) rather than refused.
 
     With ``defer_index`` an approximate index is not built now: the table is published for exact search at once,
     with the index spec recorded under ``index.deferred`` for :func:`index_table` (which ``embedding-serve`` runs
@@ -114,7 +117,7 @@ def build_table(
             f"in the background by `embedding-serve` or by `embedding-index index {name}`"
         )
     else:
-        built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed, budget=budget)
+        built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed, budget=budget, fallback=fallback)
     note(f"writing {artifact.table_dir(data_dir, name)} ...")
     with artifact.staging(data_dir, name, force=force, complete=complete) as tmp:
         np.save(tmp / artifact.VECTORS, unit, allow_pickle=False)

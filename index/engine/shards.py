@@ -192,7 +192,8 @@ def merged_summary(name: str, parts: Sequence[dict[str, Any]]) -> dict[str, Any]
       shard's (every shard's, from one import);
     - ``recall_at_10`` the lowest of the shards' (each measured on its own rows when it was built; None if one has
       none), ``built_at`` the latest;
-    - ``metadata_columns`` empty; no ``model``, ``transformer`` or ``index_deferred``;
+    - ``metadata_columns`` empty; no ``model``, ``transformer`` or ``index_deferred``; ``index_fallback`` the one of
+      lowest recall among the shards' that have one;
     - what a server adds, when the parts carry it: ``approximate`` if any shard's index is, ``has_tokenizer``
       false (a sharded table tokenizes nothing), ``writes`` by :func:`merged_writes`."""
     first = parts[0]
@@ -215,6 +216,8 @@ def merged_summary(name: str, parts: Sequence[dict[str, Any]]) -> dict[str, Any]
             for field, info in first["documents"]["fields"].items()
         }
         out["documents"] = {**first["documents"], "fields": fields}
+    if fallbacks := [part["index_fallback"] for part in parts if part.get("index_fallback")]:
+        out["index_fallback"] = min(fallbacks, key=lambda fallback: fallback["recall_at_10"])
     out["shards"] = {"count": len(parts), "rows": [part["rows"] for part in parts]}
     if "approximate" in first:
         out["approximate"] = any(part["approximate"] for part in parts)

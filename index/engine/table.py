@@ -323,6 +323,8 @@ class Table:
             out["documents"]["encoder"] = info.get("encoder")  # what embeds text queries (None: the client does)
         if deferred := m.get("index", {}).get("deferred"):
             out["index_deferred"] = deferred["spec"]  # exact search until this index is built
+        if fallback := m.get("index", {}).get("fallback"):
+            out["index_fallback"] = fallback  # the table's index a compaction could not build within its recall
         return out
 
     # ------------------------------------------------------------------- lookup (index.engine.lookup)

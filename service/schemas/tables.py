@@ -33,6 +33,11 @@ class TableSummary(BaseModel):
         None, description="transformer tables: the model a worker loads on its first text (graph_bytes: its size)"
     )
     index_deferred: str | None = Field(None, description="the index a background build makes (exact search until then)")
+    index_fallback: dict[str, Any] | None = Field(
+        None,
+        description="documents tables: the table's own index (index), which its last compaction built below its "
+        "--min-recall (recall_at_10 reached, min_recall), and the one it took instead (instead); the next tries again",
+    )
     building: BuildStatus | None = Field(None, description="that build, while it runs or after it failed")
     shard_of: dict[str, Any] | None = Field(
         None, description="a shard served alone: its sharded table, its place there and its import (table, shard, ...)"

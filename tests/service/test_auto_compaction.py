@@ -1,7 +1,8 @@
 """Automatic compaction on a real server with two workers: once the documents written since the version reach
 ``EMBEDDING_COMPACT_ROWS``, the server compacts the table in a child process and every worker reloads it; the
 written documents are then in the version (and found by keyword), none is lost, and the log is cut. A sharded
-table's writes are counted over its shards' logs, and every shard is compacted at once."""
+table's writes are counted over its shards' logs, and every shard is compacted at once. A table whose writes tie
+massively, over which its graph misses its recall, is compacted into exact search."""
 
 from __future__ import annotations
 
@@ -9,12 +10,18 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
+
+from index.build.writer import index_table
 from index.store import artifact, shardmap, writelog
-from tests.lee import Lee
+from tests.cli import run_cli
+from tests.index.build.test_compact_ties import GRAPH, WRITTEN, templated
+from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.logs import recovered
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.test_live_search import HEADERS, KEY
+from tests.vectors import unit
 
 # How long a compaction may take here: the server runs it at a low CPU priority (``service.compacting.CHILD_NICE``),
 # so on a machine busy with other work it gets a small share of the CPU and lasts many times its own work (as long
@@ -98,3 +105,78 @@ def test_a_sharded_table_is_compacted_when_its_shards_writes_reach_the_setting(
         # another, and a look between two of them finds 6 (the setting), while the compaction folds all 7.
         said = re.findall(r"table 'lee': compacting (\d+) written or deleted documents", server.log())
         assert len(said) == 1 and 6 <= int(said[0]) <= 7, said
+
+
+def test_a_table_whose_writes_tie_massively_is_compacted_into_exact_search(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """A writer reuses the Lee table's 300 vectors for 16,000 documents: the table's HNSW graph (M=8) no longer
+    reaches its --min-recall over them. The server's compaction folds the log all the same, into exact search (what
+    an import of 16,300 rows takes by default), says so in one line, and the summary shows it; every document is
+    there, the log is cut, and the answers are the exact ones, ties counted, against a float64 brute force."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    index_table(data, "lee", index_spec=GRAPH)
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": str(WRITTEN)}
+    with real_server.running(data, tmp_path / "serve.log", env=env) as server:
+        url = f"{server.base}/v1/tables/lee"
+        for body in templated(lee_docs):
+            documents = {"documents": body["documents"]}
+            answer = real_server.HTTP.post(f"{url}/documents", json=documents, headers=HEADERS, timeout=60)
+            assert answer.status_code == 200, answer.text
+
+        def compacted() -> bool:
+            return real_server.HTTP.get(url).json()["writes"]["written"] == 0
+
+        real_server.wait_for(compacted, seconds=SECONDS, what="the compacted version")
+        summary = real_server.HTTP.get(url).json()
+        assert summary["rows"] == 300 + WRITTEN and summary["index"]["kind"] == "flat"
+        assert summary["recall_at_10"] == 1.0 and summary["writes"]["log_bytes"] == 0
+        fallback = summary["index_fallback"]
+        assert fallback["index"]["kind"] == "hnsw" and fallback["recall_at_10"] < 0.95 and fallback["instead"] == "flat"
+        said = re.findall(r"table 'lee': compacted 'lee': .* index flat in place of .*", server.log())
+        assert len(said) == 1 and f"recall@10 {fallback['recall_at_10']} is below --min-recall 0.95" in said[0]
+        assert "compaction failed" not in server.log()
+        assert recovered(writelog.log_path(data, "lee")) == []
+        rows = unit(np.vstack([lee_docs.vectors, lee_docs.vectors[np.arange(WRITTEN) % 300]]))
+        ids = [*lee_docs.ids, *(f"copy/{i}" for i in range(WRITTEN))]
+        row_of = {ident: row for row, ident in enumerate(ids)}
+        rng = np.random.default_rng(5)
+        for _ in range(20):  # between two documents: the copies of both tie in the exact top 10
+            a, b = rng.choice(300, size=2, replace=False)
+            query = lee_docs.vectors[a] + rng.uniform(0.3, 1.0) * lee_docs.vectors[b]
+            hits = real_server.HTTP.post(f"{url}/search", json={"vector": query.tolist(), "k": 10}).json()["hits"]
+            exact = rows @ unit(query)
+            kth = np.sort(exact)[-10]
+            found = [row_of[hit["id"]] for hit in hits]
+            assert len(set(found)) == 10 and min(exact[found]) >= kth - 1e-6, (a, b)
+
+
+def test_a_sharded_table_whose_writes_tie_massively_is_compacted_into_exact_search(
+    lee_docs: Lee, tmp_path: Path
+) -> None:
+    """The same writes to Lee imported as 3 shards with that graph: each shard's compaction takes exact search,
+    the line says the lowest recall of the shards', as the summary's ``index_fallback`` does."""
+    source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    data = tmp_path / "data"
+    done = run_cli("import", source, "--name", "lee", "--shards", LEE_SHARDS, "--index", GRAPH, "--data-dir", data)
+    assert done.code == 0, done.err
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": str(WRITTEN)}
+    with real_server.running(data, tmp_path / "serve.log", env=env) as server:
+        url = f"{server.base}/v1/tables/lee"
+        for body in templated(lee_docs):
+            documents = {"documents": body["documents"]}
+            answer = real_server.HTTP.post(f"{url}/documents", json=documents, headers=HEADERS, timeout=60)
+            assert answer.status_code == 200, answer.text
+        real_server.wait_for(
+            lambda: real_server.HTTP.get(url).json()["writes"]["written"] == 0, seconds=SECONDS, what="the compaction"
+        )
+        summary = real_server.HTTP.get(url).json()
+        assert summary["rows"] == 300 + WRITTEN and summary["index"]["kind"] == "flat"
+        shards = [artifact.read_manifest(data / "lee" / shardmap.shard_name(s))["index"] for s in range(3)]
+        assert all(shard["fallback"]["instead"] == "flat" for shard in shards), shards
+        lowest = min(shard["fallback"]["recall_at_10"] for shard in shards)
+        assert summary["index_fallback"]["recall_at_10"] == lowest < 0.95
+        said = re.findall(r"table 'lee': compacted 'lee': .* index flat in place of .*", server.log())
+        assert len(said) == 1 and f"recall@10 {lowest} is below --min-recall 0.95" in said[0], said

@@ -1,0 +1,131 @@
+"""A compaction whose rows tie massively: a writer that reuses the Lee table's 300 vectors for 16,000 documents
+(templated documents, deduplicated content, a client's test data). An HNSW graph over clusters of identical rows
+links each row to its copies and loses its way among them, so the table's recorded graph no longer reaches its
+``--min-recall``; the compaction still folds the log, into the index an import of that many rows takes by default
+(exact search below ``AUTO_FLAT_BELOW`` rows), records why in the manifest, says so, and cuts the log. ``auto``'s
+graph that misses the recall gives way to the rule's other index, IVF, at import too."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from index.build import compact, index_choice
+from index.build.index_choice import (
+    AUTO_FLAT_BELOW,
+    AUTO_TARGET_RECALL,
+    IndexSpec,
+    build_and_measure,
+    fallback_spec,
+    parse_spec,
+)
+from index.build.writer import index_table
+from index.engine.table import Table
+from index.errors import InvalidQuery
+from index.store import artifact, writelog
+from tests.lee import Lee
+from tests.logs import recovered
+from tests.vectors import unit
+
+WRITTEN = 16_000
+BATCH = 500
+GRAPH = "hnsw:M=8"  # a small graph: its 16 links a row at the lowest level are all taken by a row's copies
+
+
+def templated(lee: Lee, count: int = WRITTEN) -> list[dict[str, Any]]:
+    """``count`` new documents in upserts of ``BATCH``, document i with the vector of Lee's document i mod 300."""
+    rows = len(lee.ids)
+    return [
+        {
+            "op": "upsert",
+            "documents": [
+                {"id": f"copy/{i}", "text": f"templated notice {i % rows}", "vector": lee.vectors[i % rows].tolist()}
+                for i in range(start, min(count, start + BATCH))
+            ],
+        }
+        for start in range(0, count, BATCH)
+    ]
+
+
+@pytest.fixture
+def graph_table(lee_data_dir: Path, tmp_path: Path) -> Path:
+    """A copy of the Lee table indexed by ``GRAPH`` (its recorded index, which a compaction builds again)."""
+    shutil.copytree(lee_data_dir / "lee", tmp_path / "lee")
+    index_table(tmp_path, "lee", index_spec=GRAPH)
+    return tmp_path
+
+
+def logged(data_dir: Path, bodies: list[dict[str, Any]]) -> Path:
+    path = writelog.log_path(data_dir, "lee")
+    with writelog.appending(path, sync=False) as log:
+        for seq, body in enumerate(bodies, 1):
+            log.append(seq, body)
+    return path
+
+
+def test_a_compaction_whose_graph_misses_its_recall_folds_the_log_into_exact_search(
+    graph_table: Path, lee_docs: Lee
+) -> None:
+    before = artifact.read_manifest(graph_table / "lee")
+    assert before["build"]["index"] == GRAPH and before["index"]["spec"]["kind"] == "hnsw"
+    bodies = templated(lee_docs)
+    path = logged(graph_table, bodies)
+    done = compact.compact(graph_table, "lee")
+    assert done["written"] == len(bodies) and done["rows"] == 300 + WRITTEN
+    assert recovered(path) == []  # the log is cut: bounded again
+    manifest = artifact.read_manifest(graph_table / "lee")
+    assert manifest["log_sequence"] == len(bodies)
+    assert manifest["index"]["exact"] is True and manifest["index"]["recall_at_10"] == 1.0
+    fallback = manifest["index"]["fallback"]
+    assert fallback["index"]["kind"] == "hnsw" and fallback["index"]["M"] == 8
+    assert fallback["recall_at_10"] < fallback["min_recall"] == 0.95
+    assert fallback["instead"] == "flat"
+    assert manifest["build"]["index"] == GRAPH  # the table's own choice stays: the next compaction tries it again
+    assert done["fallback"] == fallback
+    # Every document is there, written ones with the vector written (as a unit row).
+    table = Table.load(graph_table / "lee")
+    assert table.payload is not None and table.rows == 300 + WRITTEN
+    ids = [str(i) for i in table.payload.column(table.payload.id_field).to_pylist()]
+    assert ids == [*lee_docs.ids, *(f"copy/{i}" for i in range(WRITTEN))]
+    expected = unit(np.vstack([lee_docs.vectors, lee_docs.vectors[np.arange(WRITTEN) % 300]]))
+    assert np.allclose(np.asarray(table.vectors, dtype=np.float64), expected, atol=1e-6)
+
+
+def test_an_import_of_a_graph_that_misses_its_recall_names_the_copies(lee_docs: Lee) -> None:
+    """Outside a compaction a spec given by hand that misses ``--min-recall`` is refused, as before, and the refusal
+    says why here: the sampled rows with 10 or more copies."""
+    rows = np.ascontiguousarray(unit(lee_docs.vectors[np.arange(300 + WRITTEN) % 300]).astype(np.float32))
+    with pytest.raises(
+        InvalidQuery, match=r"below --min-recall 0\.95; 1,000 of the 1,000 sampled rows have 10 or more copies"
+    ):
+        build_and_measure(rows, parse_spec(GRAPH, len(rows), rows.shape[1]), min_recall=0.95)
+
+
+def test_auto_falls_back_to_ivf_when_its_graph_misses_the_recall(
+    lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``auto`` over 100,000 rows of 300 vectors, its graph (here a small one, as if the rule had chosen it) below
+    ``--min-recall``: an import takes the rule's other index, IVF, whose lists hold each row's copies together, and
+    the manifest's ``choice`` and ``fallback`` say why."""
+    rows = np.ascontiguousarray(unit(lee_docs.vectors[np.arange(AUTO_FLAT_BELOW) % 300]).astype(np.float32))
+    small = IndexSpec(kind="hnsw", m=4, ef_construction=16, target_recall=AUTO_TARGET_RECALL)
+    monkeypatch.setattr(index_choice, "choose_auto", lambda *_: (small, {"chosen": "hnsw"}))
+    built = build_and_measure(rows, parse_spec("auto", len(rows), rows.shape[1]), min_recall=0.95)
+    assert built.info["spec"]["kind"] == "ivf" and built.info["recall_at_10"] >= AUTO_TARGET_RECALL
+    assert built.info["choice"] == {"chosen": "hnsw"}
+    assert built.info["fallback"]["index"]["M"] == 4 and built.info["fallback"]["recall_at_10"] < 0.95
+    assert built.info["fallback"]["instead"] == "ivf"
+
+
+def test_the_index_taken_instead_is_exact_search_but_for_a_large_graph() -> None:
+    """Exact search below ``AUTO_FLAT_BELOW`` rows, and in place of any index but a graph (an index of codes, which
+    a table takes to hold less than its rows: IVF would hold them again); IVF in place of a large graph."""
+    assert fallback_spec(300 + WRITTEN, "hnsw").kind == "flat"
+    assert fallback_spec(AUTO_FLAT_BELOW, "hnsw").kind == "ivf"
+    assert fallback_spec(AUTO_FLAT_BELOW, "auto").kind == "ivf"
+    assert fallback_spec(AUTO_FLAT_BELOW, "ivfpq").kind == "flat"
+    assert fallback_spec(AUTO_FLAT_BELOW, "factory").kind == "flat"

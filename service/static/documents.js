@@ -6,7 +6,8 @@ const DEFAULT_K = 10;
 const CHIPS_SHOWN = 8; // values of a field shown before its "more" button
 const SNIPPET_CHARS = 240; // whole sentences from the start of a text, until about this long
 const MIN_WORD = 3; // shorter words are never marked
-const LABEL_CHARS = 80; // of a text query, where the card names it
+const LABEL_CHARS = 80; // of a text query, where the card names it, and of a hit's field value
+const CHIP_CHARS = 40; // of a filter chip's value, in the narrow filter column
 // Common English words, never marked as shared: two news stories share "the" and "said" whatever they are about.
 const STOPWORDS = new Set((
   "about after again all also and any are because been before being but can could did does down during each few " +
@@ -50,12 +51,22 @@ function snippet(text) {
   return out.length < (text || "").trim().length ? `${out} …` : out;
 }
 
-/** A text query as the card names it: in quotes, cut after LABEL_CHARS characters (a long text is searched
- * whole, but shown whole it would push the hits screens down, twice). */
-function quoted(text) {
+/** ``text`` cut after ``most`` characters, "…" marking the cut: a long text query is searched whole, and a long
+ * value (a vector store's metadata JSON) filters whole, but shown whole either pushes the card's hits and filter
+ * controls screens down. */
+function cut(text, most = LABEL_CHARS) {
   const chars = [...text]; // by code point, so an emoji is never cut in half
-  return `“${chars.length > LABEL_CHARS ? `${chars.slice(0, LABEL_CHARS).join("")}…` : text}”`;
+  return chars.length > most ? `${chars.slice(0, most).join("")}…` : text;
 }
+
+/** A text query as the card names it: in quotes, cut. */
+const quoted = (text) => `“${cut(text)}”`;
+
+/** ``text`` cut, as an element's content and, when cut, whole as its tooltip. */
+const cutWithTitle = (text, most = LABEL_CHARS) => {
+  const shown = cut(text, most);
+  return { shown, attrs: shown === text ? {} : { title: text } };
+};
 
 /** Filter JSON text as the URL keeps it (compact), or the text itself when it is not JSON. */
 function compact(text) {
@@ -453,8 +464,9 @@ export class DocumentSearch {
     const common = new Set([...words].filter((w) => shared.has(w)));
     const values = el("ul", { class: "ds-values" });
     for (const [name, value] of Object.entries(hit.fields || {})) {
+      const { shown, attrs } = cutWithTitle(showValue(value, types[name]));
       values.append(el("li", { "data-field": name }, el("span", { class: "ds-key" }, name), " ",
-        el("span", { class: "ds-value" }, showValue(value, types[name]))));
+        el("span", { class: "ds-value", ...attrs }, shown)));
     }
     const item = el("li", { class: "ds-hit", "data-id": String(hit.id) },
       el("div", { class: "ds-hit-head" },
@@ -526,11 +538,12 @@ function valuePicker(el, name, stats, onChange) {
   const least = stats.exact === false ? "≥" : "";
   const boxes = values.map(({ value, count }, i) => {
     const n = count.toLocaleString("en");
+    const { shown, attrs } = cutWithTitle(value, CHIP_CHARS);
     // Named with its count apart: the label's text alone reads "libgnutls3037,661" for libgnutls30's 37,661.
-    const name = `${value} (${least ? "at least " : ""}${n} documents)`;
+    const name = `${shown} (${least ? "at least " : ""}${n} documents)`;
     const input = el("input", { type: "checkbox", value, onchange: onChange, "aria-label": name });
-    const chip = el("label", { class: "ds-chip", ...(i >= CHIPS_SHOWN ? { hidden: "" } : {}) },
-      input, value, el("span", { class: "ds-n" }, least + n));
+    const chip = el("label", { class: "ds-chip", ...attrs, ...(i >= CHIPS_SHOWN ? { hidden: "" } : {}) },
+      input, shown, el("span", { class: "ds-n" }, least + n));
     return { input, chip };
   });
   const chips = el("div", { class: "ds-chips" }, ...boxes.map((b) => b.chip));

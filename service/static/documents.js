@@ -5,6 +5,7 @@
 const DEFAULT_K = 10;
 const CHIPS_SHOWN = 8; // values of a field shown before its "more" button
 const SNIPPET_CHARS = 240; // whole sentences from the start of a text, until about this long
+const MARKED_CHARS = 100_000; // of a text, where its shared words are marked (a written text's most, max_text_chars)
 const MIN_WORD = 3; // shorter words are never marked
 const LABEL_CHARS = 80; // of a text query, where the card names it, and of a hit's field value
 const CHIP_CHARS = 40; // of a filter chip's value, in the narrow filter column
@@ -480,11 +481,16 @@ export class DocumentSearch {
       values);
     if (hit.text) {
       const start = snippet(hit.text);
-      item.append(el("p", { class: "ds-snippet" }, ...marked(el, start, common)));
+      item.append(marked(el, el("p", { class: "ds-snippet" }), start, common));
       if (start.endsWith(" …")) {
-        item.append(el("details", { class: "ds-whole" },
-          el("summary", {}, `whole text (${hit.text.length.toLocaleString("en")} characters)`),
-          el("p", {}, ...marked(el, hit.text, common))));
+        const whole = el("p", {});
+        const details = el("details", { class: "ds-whole" },
+          el("summary", {}, `whole text (${hit.text.length.toLocaleString("en")} characters)`), whole);
+        // Written when first opened: an imported text has no bound on its length (10 MB is a million words).
+        details.addEventListener("toggle", () => {
+          if (details.open && !whole.hasChildNodes()) marked(el, whole, hit.text, common);
+        });
+        item.append(details);
       }
     }
     return item;
@@ -514,19 +520,22 @@ function scoreTitle(mode, ranks) {
   return `fused score (reciprocal rank fusion)${where.length ? `: ${where.join(", ")}` : ""}`;
 }
 
-/** ``text`` as nodes, the words in ``words`` (lower-cased) inside <mark>. */
-function marked(el, text, words) {
-  if (!words.size) return [text];
-  const nodes = [];
+/** ``parent`` with ``text`` appended, the words in ``words`` (lower-cased) inside <mark> within its first
+ * MARKED_CHARS characters: node by node, since a long text's marks, as the arguments of one call, overflow the
+ * call stack (the 700,000 marks of a 10 MB text did), and no further, since laying out so many took 30 s. */
+function marked(el, parent, text, words) {
   let at = 0;
-  for (const match of text.matchAll(WORD)) {
-    if (!words.has(match[0].toLowerCase())) continue;
-    if (match.index > at) nodes.push(text.slice(at, match.index));
-    nodes.push(el("mark", {}, match[0]));
-    at = match.index + match[0].length;
+  if (words.size) {
+    for (const match of text.matchAll(WORD)) {
+      if (match.index >= MARKED_CHARS) break;
+      if (!words.has(match[0].toLowerCase())) continue;
+      if (match.index > at) parent.append(text.slice(at, match.index));
+      parent.append(el("mark", {}, match[0]));
+      at = match.index + match[0].length;
+    }
   }
-  nodes.push(text.slice(at));
-  return nodes;
+  parent.append(text.slice(at));
+  return parent;
 }
 
 // ---------------------------------------------------------------------- the controls of each field type

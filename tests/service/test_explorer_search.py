@@ -2,7 +2,7 @@
 process serving gensim's Lee corpus (``lee``, 300 news stories with fields) beside a words table (``small``, the
 20,000 most frequent GloVe words), so that the page switches cards with the table. A second server, with a write
 key, serves a copy of ``lee`` written to before the page opens (its first document deleted, two added), a table
-whose field is named ``__proto__`` and one a LlamaIndex vector store writes its nodes to.
+whose field is named ``__proto__``, one a LlamaIndex vector store writes its nodes to and one with a 10 MB text.
 
 Every list of hits the page shows is compared with the API's own answer to the request the page sent, fetched
 here with httpx; the filter is checked against what its controls were set to, paging against offsets, more like
@@ -34,6 +34,7 @@ EMBEDDED = "lee-text"  # the Lee stories without their vectors, embedded at impo
 FIRST = "lee-000"  # the first document: the card's query until one is given
 DOCUMENTS_JS = "/static/documents.js"
 WRITE_KEY = "explorer-writer-" + "k" * 16
+LONG_TEXT = "the licence grants permission " * 350_000  # 10.5 MB, 700,000 words to mark for "licence permission"
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,8 @@ def server(documents_server: real_server.Server) -> str:
 def written(lee_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server with a write key over a copy of ``lee`` whose first document was deleted and two written (301 live
     documents), ``proto``: documents whose one field is named ``__proto__``, ``dots``: documents whose first
-    ids are ``.`` and ``..``, and ``nodes``: a placeholder with the fields a vector store keeps (documents.md)."""
+    ids are ``.`` and ``..``, ``nodes``: a placeholder with the fields a vector store keeps (documents.md), and
+    ``long``: a text of 10 MB, which an import takes (a write takes 100,000 characters), beside a short one."""
     directory = tmp_path_factory.mktemp("written-data")
     shutil.copytree(lee_data_dir / "lee", directory / "lee")
     records = [
@@ -57,7 +59,11 @@ def written(lee_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPath
     dots = [{"id": id, "text": lee_docs.texts[i], "vector": lee_docs.vectors[i].tolist()} for i, id in enumerate(ids)]
     placeholder = {"id": "placeholder", "text": "placeholder", "vector": lee_docs.vectors[0].tolist()}
     nodes = [{**placeholder, "metadata": "{}", "topic": "none"}]
-    for name, table in (("proto", records), ("dots", dots), ("nodes", nodes)):
+    long = [
+        {"id": "long", "text": LONG_TEXT, "vector": lee_docs.vectors[1].tolist()},
+        {"id": "short", "text": "a licence to print money", "vector": lee_docs.vectors[2].tolist()},
+    ]
+    for name, table in (("proto", records), ("dots", dots), ("nodes", nodes), ("long", long)):
         path = write_jsonl(directory.parent / f"{name}.jsonl", table)
         raw, fmt = read_source(path, "documents")
         build_table(raw, data_dir=directory, name=name, source={"format": fmt, "path": path.name})
@@ -747,4 +753,27 @@ def test_a_vector_stores_metadata_is_shown_cut_and_filters_whole(written: str, l
     assert hits.count() == 1 and hits.first.get_attribute("data-id") == other
     shown_value = hits.first.locator("li[data-field='metadata'] .ds-value")
     assert shown_value.inner_text() == cut(value, 80) and shown_value.get_attribute("title") == value
+    watched.assert_clean()
+
+
+def test_a_10_mb_text_is_shown_and_marked_within_its_first_100000_characters(written: str, watched: Watched) -> None:
+    """A text search whose words a 10 MB hit holds 700,000 times shows the hit (its marks as one call's arguments
+    overflowed the call stack: a page error and no hits); its whole text, written when opened, is marked within its
+    first 100,000 characters (laying out 700,000 marks took 30 s)."""
+    page = watched.page
+    page.goto(f"{written}/?table=long&text=licence+permission&mode=keyword")
+    settle(page)
+    answer = real_server.HTTP.post(f"{written}/v1/tables/long/search", json=sent(page)).json()
+    hits = shown_hits(page)
+    assert [h["id"] for h in hits] == [h["id"] for h in answer["hits"]] == ["long", "short"]
+    start = [word for word in re.findall(r"\w+", hits[0]["snippet"]) if word in ("licence", "permission")]
+    assert hits[0]["marked"] == start and len(start) > 10 and hits[1]["marked"] == ["licence"]
+    whole = "#ds-out .ds-hit[data-id='long'] .ds-whole"
+    assert page.eval_on_selector(f"{whole} p", "p => p.childNodes.length") == 0  # not written until opened
+    page.click(f"{whole} summary")
+    page.wait_for_selector(f"{whole} p mark")
+    assert page.eval_on_selector(f"{whole} p", "p => p.textContent") == LONG_TEXT
+    marks = [m.group() for m in re.finditer(r"\w+", LONG_TEXT) if m.start() < 100_000 and m.group() != "the"]
+    marks = [word for word in marks if word in ("licence", "permission")]
+    assert page.eval_on_selector_all(f"{whole} p mark", "ms => ms.map(m => m.textContent)") == marks
     watched.assert_clean()

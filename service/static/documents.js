@@ -7,8 +7,7 @@ const CHIPS_SHOWN = 8; // values of a field shown before its "more" button
 const SNIPPET_CHARS = 240; // whole sentences from the start of a text, until about this long
 const MARKED_CHARS = 100_000; // of a text, where its shared words are marked (a written text's most, max_text_chars)
 const MIN_WORD = 3; // shorter words are never marked
-const LABEL_CHARS = 80; // of a text query, where the card names it, and of a hit's field value
-const CHIP_CHARS = 40; // of a filter chip's value, in the narrow filter column
+const LABEL_CHARS = 80; // of a text query, where the card names it, and of a field's value shown
 // Common English words, never marked as shared: two news stories share "the" and "said" whatever they are about.
 const STOPWORDS = new Set((
   "about after again all also and any are because been before being but can could did does down during each few " +
@@ -55,17 +54,17 @@ function snippet(text) {
 /** ``text`` cut after ``most`` characters, "…" marking the cut: a long text query is searched whole, and a long
  * value (a vector store's metadata JSON) filters whole, but shown whole either pushes the card's hits and filter
  * controls screens down. */
-function cut(text, most = LABEL_CHARS) {
+function cut(text) {
   const chars = [...text]; // by code point, so an emoji is never cut in half
-  return chars.length > most ? `${chars.slice(0, most).join("")}…` : text;
+  return chars.length > LABEL_CHARS ? `${chars.slice(0, LABEL_CHARS).join("")}…` : text;
 }
 
 /** A text query as the card names it: in quotes, cut. */
 const quoted = (text) => `“${cut(text)}”`;
 
 /** ``text`` cut, as an element's content and, when cut, whole as its tooltip. */
-const cutWithTitle = (text, most = LABEL_CHARS) => {
-  const shown = cut(text, most);
+const cutWithTitle = (text) => {
+  const shown = cut(text);
   return { shown, attrs: shown === text ? {} : { title: text } };
 };
 
@@ -547,9 +546,9 @@ function valuePicker(el, name, stats, onChange) {
   const least = stats.exact === false ? "≥" : "";
   const boxes = values.map(({ value, count }, i) => {
     const n = count.toLocaleString("en");
-    const { shown, attrs } = cutWithTitle(value, CHIP_CHARS);
+    const { shown, attrs } = cutWithTitle(value);
     // Named with its count apart: the label's text alone reads "libgnutls3037,661" for libgnutls30's 37,661.
-    const name = `${shown} (${least ? "at least " : ""}${n} documents)`;
+    const name = `${value} (${least ? "at least " : ""}${n} documents)`;
     const input = el("input", { type: "checkbox", value, onchange: onChange, "aria-label": name });
     const chip = el("label", { class: "ds-chip", ...attrs, ...(i >= CHIPS_SHOWN ? { hidden: "" } : {}) },
       input, shown, el("span", { class: "ds-n" }, least + n));

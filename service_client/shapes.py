@@ -282,7 +282,7 @@ def counted_from(error: ApiError, first: int) -> ApiError:
     """``error`` of a write request whose documents are a longer write's from ``first`` on: the document it names
     counted among the write's, ``documents[i]`` (the server's check of a document, and its ``document``) or
     ``documents.i`` (of the body's shape: a text over ``max_text_chars``), and the documents before named as
-    written."""
+    written, whatever refused it (a document too big for any request's ``max_body_bytes`` names none)."""
     if first == 0:
         return error
     found = re.match(r"documents\[(\d+)\]", error.message)
@@ -293,8 +293,6 @@ def counted_from(error: ApiError, first: int) -> ApiError:
             details["document"] += first
     else:
         shaped = renumbered(error, "documents", first)
-        if shaped is error:
-            return error
         message, details = shaped.message, shaped.details
     message += f" (documents[0] to documents[{first - 1}] were written, by the requests before)"
     return ApiError(error.status, error.code, message, details, error.retry_after)

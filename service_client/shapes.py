@@ -279,14 +279,23 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 def counted_from(error: ApiError, first: int) -> ApiError:
-    """``error`` of a write request whose documents are a longer write's from ``first`` on: its ``documents[i]``
-    counted among the write's, and the documents before named as written."""
-    found = re.match(r"documents\[(\d+)\]", error.message)
-    if first == 0 or found is None:
+    """``error`` of a write request whose documents are a longer write's from ``first`` on: the document it names
+    counted among the write's, ``documents[i]`` (the server's check of a document, and its ``document``) or
+    ``documents.i`` (of the body's shape: a text over ``max_text_chars``), and the documents before named as
+    written, whatever refused it (a document too big for any request's ``max_body_bytes`` names none)."""
+    if first == 0:
         return error
-    message = f"documents[{first + int(found.group(1))}]{error.message[found.end() :]}"
+    found = re.match(r"documents\[(\d+)\]", error.message)
+    if found is not None:
+        message = f"documents[{first + int(found.group(1))}]{error.message[found.end() :]}"
+        details = dict(error.details)
+        if isinstance(details.get("document"), int):
+            details["document"] += first
+    else:
+        shaped = renumbered(error, "documents", first)
+        message, details = shaped.message, shaped.details
     message += f" (documents[0] to documents[{first - 1}] were written, by the requests before)"
-    return ApiError(error.status, error.code, message, error.details, error.retry_after)
+    return ApiError(error.status, error.code, message, details, error.retry_after)
 
 
 def renumbered(error: ApiError, key: str, first: int) -> ApiError:

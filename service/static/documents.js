@@ -5,8 +5,9 @@
 const DEFAULT_K = 10;
 const CHIPS_SHOWN = 8; // values of a field shown before its "more" button
 const SNIPPET_CHARS = 240; // whole sentences from the start of a text, until about this long
+const MARKED_CHARS = 100_000; // of a text, where its shared words are marked (a written text's most, max_text_chars)
 const MIN_WORD = 3; // shorter words are never marked
-const LABEL_CHARS = 80; // of a text query, where the card names it
+const LABEL_CHARS = 80; // of a text query, where the card names it, and of a field's value shown
 // Common English words, never marked as shared: two news stories share "the" and "said" whatever they are about.
 const STOPWORDS = new Set((
   "about after again all also and any are because been before being but can could did does down during each few " +
@@ -50,12 +51,22 @@ function snippet(text) {
   return out.length < (text || "").trim().length ? `${out} …` : out;
 }
 
-/** A text query as the card names it: in quotes, cut after LABEL_CHARS characters (a long text is searched
- * whole, but shown whole it would push the hits screens down, twice). */
-function quoted(text) {
+/** ``text`` cut after ``most`` characters, "…" marking the cut: a long text query is searched whole, and a long
+ * value (a vector store's metadata JSON) filters whole, but shown whole either pushes the card's hits and filter
+ * controls screens down. */
+function cut(text) {
   const chars = [...text]; // by code point, so an emoji is never cut in half
-  return `“${chars.length > LABEL_CHARS ? `${chars.slice(0, LABEL_CHARS).join("")}…` : text}”`;
+  return chars.length > LABEL_CHARS ? `${chars.slice(0, LABEL_CHARS).join("")}…` : text;
 }
+
+/** A text query as the card names it: in quotes, cut. */
+const quoted = (text) => `“${cut(text)}”`;
+
+/** ``text`` cut, as an element's content and, when cut, whole as its tooltip. */
+const cutWithTitle = (text) => {
+  const shown = cut(text);
+  return { shown, attrs: shown === text ? {} : { title: text } };
+};
 
 /** Filter JSON text as the URL keeps it (compact), or the text itself when it is not JSON. */
 function compact(text) {
@@ -453,8 +464,9 @@ export class DocumentSearch {
     const common = new Set([...words].filter((w) => shared.has(w)));
     const values = el("ul", { class: "ds-values" });
     for (const [name, value] of Object.entries(hit.fields || {})) {
+      const { shown, attrs } = cutWithTitle(showValue(value, types[name]));
       values.append(el("li", { "data-field": name }, el("span", { class: "ds-key" }, name), " ",
-        el("span", { class: "ds-value" }, showValue(value, types[name]))));
+        el("span", { class: "ds-value", ...attrs }, shown)));
     }
     const item = el("li", { class: "ds-hit", "data-id": String(hit.id) },
       el("div", { class: "ds-hit-head" },
@@ -468,11 +480,16 @@ export class DocumentSearch {
       values);
     if (hit.text) {
       const start = snippet(hit.text);
-      item.append(el("p", { class: "ds-snippet" }, ...marked(el, start, common)));
+      item.append(marked(el, el("p", { class: "ds-snippet" }), start, common));
       if (start.endsWith(" …")) {
-        item.append(el("details", { class: "ds-whole" },
-          el("summary", {}, `whole text (${hit.text.length.toLocaleString("en")} characters)`),
-          el("p", {}, ...marked(el, hit.text, common))));
+        const whole = el("p", {});
+        const details = el("details", { class: "ds-whole" },
+          el("summary", {}, `whole text (${hit.text.length.toLocaleString("en")} characters)`), whole);
+        // Written when first opened: an imported text has no bound on its length (10 MB is a million words).
+        details.addEventListener("toggle", () => {
+          if (details.open && !whole.hasChildNodes()) marked(el, whole, hit.text, common);
+        });
+        item.append(details);
       }
     }
     return item;
@@ -502,19 +519,22 @@ function scoreTitle(mode, ranks) {
   return `fused score (reciprocal rank fusion)${where.length ? `: ${where.join(", ")}` : ""}`;
 }
 
-/** ``text`` as nodes, the words in ``words`` (lower-cased) inside <mark>. */
-function marked(el, text, words) {
-  if (!words.size) return [text];
-  const nodes = [];
+/** ``parent`` with ``text`` appended, the words in ``words`` (lower-cased) inside <mark> within its first
+ * MARKED_CHARS characters: node by node, since a long text's marks, as the arguments of one call, overflow the
+ * call stack (the 700,000 marks of a 10 MB text did), and no further, since laying out so many took 30 s. */
+function marked(el, parent, text, words) {
   let at = 0;
-  for (const match of text.matchAll(WORD)) {
-    if (!words.has(match[0].toLowerCase())) continue;
-    if (match.index > at) nodes.push(text.slice(at, match.index));
-    nodes.push(el("mark", {}, match[0]));
-    at = match.index + match[0].length;
+  if (words.size) {
+    for (const match of text.matchAll(WORD)) {
+      if (match.index >= MARKED_CHARS) break;
+      if (!words.has(match[0].toLowerCase())) continue;
+      if (match.index > at) parent.append(text.slice(at, match.index));
+      parent.append(el("mark", {}, match[0]));
+      at = match.index + match[0].length;
+    }
   }
-  nodes.push(text.slice(at));
-  return nodes;
+  parent.append(text.slice(at));
+  return parent;
 }
 
 // ---------------------------------------------------------------------- the controls of each field type
@@ -526,11 +546,12 @@ function valuePicker(el, name, stats, onChange) {
   const least = stats.exact === false ? "≥" : "";
   const boxes = values.map(({ value, count }, i) => {
     const n = count.toLocaleString("en");
+    const { shown, attrs } = cutWithTitle(value);
     // Named with its count apart: the label's text alone reads "libgnutls3037,661" for libgnutls30's 37,661.
     const name = `${value} (${least ? "at least " : ""}${n} documents)`;
     const input = el("input", { type: "checkbox", value, onchange: onChange, "aria-label": name });
-    const chip = el("label", { class: "ds-chip", ...(i >= CHIPS_SHOWN ? { hidden: "" } : {}) },
-      input, value, el("span", { class: "ds-n" }, least + n));
+    const chip = el("label", { class: "ds-chip", ...attrs, ...(i >= CHIPS_SHOWN ? { hidden: "" } : {}) },
+      input, shown, el("span", { class: "ds-n" }, least + n));
     return { input, chip };
   });
   const chips = el("div", { class: "ds-chips" }, ...boxes.map((b) => b.chip));

@@ -1,8 +1,8 @@
 """The explorer's Search card for documents tables, driven in headless Chromium against a real ``embedding-serve``
 process serving gensim's Lee corpus (``lee``, 300 news stories with fields) beside a words table (``small``, the
 20,000 most frequent GloVe words), so that the page switches cards with the table. A second server, with a write
-key, serves a copy of ``lee`` written to before the page opens (its first document deleted, two added) and a table
-whose field is named ``__proto__``.
+key, serves a copy of ``lee`` written to before the page opens (its first document deleted, two added), a table
+whose field is named ``__proto__``, one a LlamaIndex vector store writes its nodes to and one with a 10 MB text.
 
 Every list of hits the page shows is compared with the API's own answer to the request the page sent, fetched
 here with httpx; the filter is checked against what its controls were set to, paging against offsets, more like
@@ -34,6 +34,7 @@ EMBEDDED = "lee-text"  # the Lee stories without their vectors, embedded at impo
 FIRST = "lee-000"  # the first document: the card's query until one is given
 DOCUMENTS_JS = "/static/documents.js"
 WRITE_KEY = "explorer-writer-" + "k" * 16
+LONG_TEXT = "the licence grants permission " * 350_000  # 10.5 MB, 700,000 words to mark for "licence permission"
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +46,9 @@ def server(documents_server: real_server.Server) -> str:
 @pytest.fixture(scope="module")
 def written(lee_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A server with a write key over a copy of ``lee`` whose first document was deleted and two written (301 live
-    documents), ``proto``: documents whose one field is named ``__proto__``, and ``dots``: documents whose first
-    ids are ``.`` and ``..``."""
+    documents), ``proto``: documents whose one field is named ``__proto__``, ``dots``: documents whose first
+    ids are ``.`` and ``..``, ``nodes``: a placeholder with the fields a vector store keeps (documents.md), and
+    ``long``: a text of 10 MB, which an import takes (a write takes 100,000 characters), beside a short one."""
     directory = tmp_path_factory.mktemp("written-data")
     shutil.copytree(lee_data_dir / "lee", directory / "lee")
     records = [
@@ -55,7 +57,13 @@ def written(lee_data_dir: Path, lee_docs: Lee, tmp_path_factory: pytest.TempPath
     ]
     ids = [".", "..", *(f"d{i}" for i in range(2, 20))]
     dots = [{"id": id, "text": lee_docs.texts[i], "vector": lee_docs.vectors[i].tolist()} for i, id in enumerate(ids)]
-    for name, table in (("proto", records), ("dots", dots)):
+    placeholder = {"id": "placeholder", "text": "placeholder", "vector": lee_docs.vectors[0].tolist()}
+    nodes = [{**placeholder, "metadata": "{}", "topic": "none"}]
+    long = [
+        {"id": "long", "text": LONG_TEXT, "vector": lee_docs.vectors[1].tolist()},
+        {"id": "short", "text": "a licence to print money", "vector": lee_docs.vectors[2].tolist()},
+    ]
+    for name, table in (("proto", records), ("dots", dots), ("nodes", nodes), ("long", long)):
         path = write_jsonl(directory.parent / f"{name}.jsonl", table)
         raw, fmt = read_source(path, "documents")
         build_table(raw, data_dir=directory, name=name, source={"format": fmt, "path": path.name})
@@ -115,16 +123,23 @@ def shown_hits(page: Any) -> list[dict[str, Any]]:
 
 
 def shown(value: Any, kind: str) -> str:
-    """A field value as the card writes it."""
+    """A field value as the card writes it: cut after 80 characters."""
     if value is None:
         return "—"
     if isinstance(value, list):
-        return ", ".join(value) if value else "(none)"
-    if kind == "float":
-        return f"{value:.4f}".rstrip("0").rstrip(".")
-    if kind == "boolean":
-        return "yes" if value else "no"
-    return str(value)
+        text = ", ".join(value) if value else "(none)"
+    elif kind == "float":
+        text = f"{value:.4f}".rstrip("0").rstrip(".")
+    elif kind == "boolean":
+        text = "yes" if value else "no"
+    else:
+        text = str(value)
+    return cut(text)
+
+
+def cut(text: str) -> str:
+    """``text`` as the card shows a long value: its first 80 characters and "…"."""
+    return f"{text[:80]}…" if len(text) > 80 else text
 
 
 def assert_same_hits(page: Any, api: httpx.Client, types: dict[str, str]) -> dict[str, Any]:
@@ -688,4 +703,77 @@ def test_a_document_whose_id_is_a_dot_marks_the_words_it_shares(written: str, wa
         settle(page)
         assert sent(page)["id"] == id and page.locator("#ds-out .ds-hit").count() == 10
         assert sum(len(hit["marked"]) for hit in shown_hits(page)) > 10
+    watched.assert_clean()
+
+
+def test_a_vector_stores_metadata_is_shown_cut_and_filters_whole(written: str, lee_docs: Lee, watched: Watched) -> None:
+    """A LlamaIndex node's metadata is a JSON string of hundreds of characters in the field ``metadata``: its
+    chip and its value in each hit are cut (the whole as the tooltip), the chip filters by the whole value, and the
+    filter column stays a column of chips, not screens of JSON."""
+    from llama_index.core.schema import TextNode
+
+    from service_client import Client
+    from service_client.llamaindex import EmbeddingSearchVectorStore
+
+    store = EmbeddingSearchVectorStore(Client(written, api_key=WRITE_KEY), "nodes")
+    store.add(
+        [
+            TextNode(
+                id_=f"n{i}", text=lee_docs.texts[i], embedding=lee_docs.vectors[i].tolist(), metadata={"topic": "news"}
+            )
+            for i in range(1, 13)
+        ]
+    )
+    store.delete_nodes(["placeholder"])
+    page = watched.page
+    page.goto(f"{written}/?table=nodes&per=20")
+    settle(page)
+    metadata = real_server.HTTP.get(f"{written}/v1/tables/nodes/fields").json()["fields"]["metadata"]["values"]
+    whole = [value["value"] for value in metadata]
+    assert len(whole) == 12 and min(map(len, whole)) > 300  # each node's JSON
+    chips = page.locator("#ds-controls [data-field='metadata'] label.ds-chip")
+    assert chips.count() == 12
+    page.click("#ds-controls [data-field='metadata'] .ds-more-values")
+    other = "n5" if page.input_value("#ds-id") != "n5" else "n6"  # not the query document, which is left out
+    value = real_server.HTTP.get(f"{written}/v1/tables/nodes/documents/{other}").json()["fields"]["metadata"]
+    at = page.eval_on_selector_all(
+        "#ds-controls [data-field='metadata'] label.ds-chip input",
+        "(inputs, v) => inputs.findIndex(i => i.value === v)",
+        value,
+    )
+    chip = chips.nth(at)
+    assert value in whole and chip.get_attribute("title") == value
+    assert chip.inner_text().removesuffix("1").strip() == cut(value)
+    assert (chip.bounding_box() or {})["height"] < 80  # three lines at most, not 450 px of JSON
+    chip.click()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('filter')")
+    settle(page)
+    assert sent(page)["filter"] == {"metadata": value}
+    hits = page.locator("#ds-out .ds-hit")
+    assert hits.count() == 1 and hits.first.get_attribute("data-id") == other
+    shown_value = hits.first.locator("li[data-field='metadata'] .ds-value")
+    assert shown_value.inner_text() == cut(value) and shown_value.get_attribute("title") == value
+    watched.assert_clean()
+
+
+def test_a_10_mb_text_is_shown_and_marked_within_its_first_100000_characters(written: str, watched: Watched) -> None:
+    """A text search whose words a 10 MB hit holds 700,000 times shows the hit (its marks as one call's arguments
+    overflowed the call stack: a page error and no hits); its whole text, written when opened, is marked within its
+    first 100,000 characters (laying out 700,000 marks took 30 s)."""
+    page = watched.page
+    page.goto(f"{written}/?table=long&text=licence+permission&mode=keyword")
+    settle(page)
+    answer = real_server.HTTP.post(f"{written}/v1/tables/long/search", json=sent(page)).json()
+    hits = shown_hits(page)
+    assert [h["id"] for h in hits] == [h["id"] for h in answer["hits"]] == ["long", "short"]
+    start = [word for word in re.findall(r"\w+", hits[0]["snippet"]) if word in ("licence", "permission")]
+    assert hits[0]["marked"] == start and len(start) > 10 and hits[1]["marked"] == ["licence"]
+    whole = "#ds-out .ds-hit[data-id='long'] .ds-whole"
+    assert page.eval_on_selector(f"{whole} p", "p => p.childNodes.length") == 0  # not written until opened
+    page.click(f"{whole} summary")
+    page.wait_for_selector(f"{whole} p mark")
+    assert page.eval_on_selector(f"{whole} p", "p => p.textContent") == LONG_TEXT
+    marks = [m.group() for m in re.finditer(r"\w+", LONG_TEXT) if m.start() < 100_000 and m.group() != "the"]
+    marks = [word for word in marks if word in ("licence", "permission")]
+    assert page.eval_on_selector_all(f"{whole} p mark", "ms => ms.map(m => m.textContent)") == marks
     watched.assert_clean()

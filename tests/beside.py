@@ -2,15 +2,15 @@
 
 The suite's process runs its tests one after the other, and many of them mostly wait: the server tests on their
 servers (kill -9 in a stream of writes, restarts, reloads, shutdowns, crashed publications, indexes built in the
-background, compactions, nginx in front), the builder's tests on the commands they run (every format's reader,
-shards, a Ray cluster, kustomize), the stored format's on the processes they start (an import filling a disk, a
-write log's appenders). Meanwhile a core is left to the work beside the tests (the default table's
-graph, the early commands), and once that is done it idles. The modules in :data:`MODULES` (those, and a few that
-build tables in process, so that both sessions take about as long) run in a second session instead (``python -m
-tests.beside <node ids>``, with a temporary directory of its own), started with the suite at the tests' own
-priority, so the two sessions share the cores. The suite's session ends with one test that waits for the second
-session and fails with its report when any of its tests failed; the second session's summary line comes before
-the suite's.
+background, compactions, nginx in front, clients on raw sockets left at the time-outs), the builder's tests on the
+commands they run (every format's reader, shards, a Ray cluster, kustomize), the stored format's on the processes
+they start (an import filling a disk, a write log's appenders). Meanwhile a core is left to the work beside the
+tests (the default table's graph, the early commands), and once that is done it idles. The modules in
+:data:`MODULES` (those, and a few that build tables in process, so that both sessions take about as long) run in a
+second session instead (``python -m tests.beside <node ids>``, with a temporary directory of its own), started with
+the suite at the tests' own priority, so the two sessions share the cores. The suite's session ends with one test
+that waits for the second session and fails with its report when any of its tests failed; the second session's
+summary line comes before the suite's.
 
 Only a run of more than these modules is split: a run of some of them alone (``pytest tests/service/test_reload.py``)
 runs them in its own process as before. Every module here reads no early command and no
@@ -53,6 +53,7 @@ MODULES = frozenset(
         "service/test_documents_scroll",
         "service/test_exposure",
         "service/test_fuzz",
+        "service/test_hostile",
         "service/test_live_cuts",
         "service/test_publish_crash",
         "service/test_publish_newest",

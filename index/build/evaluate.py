@@ -60,11 +60,12 @@ class Vocabulary:
         if limit < 1:
             raise InvalidQuery("restrict must be at least 1")
         labels = table.tokens[:limit]
-        keys = [t.upper() for t in labels] if case_insensitive else labels
-        ok: dict[str, int] = {}
-        for i in range(limit - 1, -1, -1):  # reversed, so the lowest id wins
-            ok[keys[i]] = i
-        canon = np.fromiter((ok[k] for k in keys), dtype=np.int64, count=limit)
+        keys = list(map(str.upper, labels)) if case_insensitive else labels
+        ok = dict(zip(reversed(keys), range(limit - 1, -1, -1), strict=True))  # reversed: the lowest id wins
+        if len(ok) == limit:  # every label its own: each row maps to itself
+            canon = np.arange(limit, dtype=np.int64)
+        else:
+            canon = np.fromiter(map(ok.__getitem__, keys), dtype=np.int64, count=limit)
         return cls(table, limit, case_insensitive, ok, canon)
 
     def key(self, word: str) -> str:

@@ -99,23 +99,29 @@ def _lock(fd: int) -> bool:
 
 def _wait_for(fd: int, name: str, wait: float) -> None:
     """The compaction lock open as ``fd`` taken once the process holding it lets it go, within ``wait`` seconds."""
-    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-    pid = f" (process {holder})" if holder.isdigit() else ""  # the holder writes its id once it holds the lock
     bound = f"{duration(wait)} at most (--wait)"
-    note(f"table {name!r} is being compacted by another process{pid}; waiting for it, {bound} ...")
+    note(f"table {name!r} is being compacted by another process{_holder(fd)}; waiting for it, {bound} ...")
     started = said = time.monotonic()
     while not _lock(fd):
         now = time.monotonic()
         if now - started >= wait:
             raise ArtifactError(
-                f"table {name!r} not compacted: another compaction of it{pid} held its lock for the {duration(wait)} "
-                "it was given (--wait); nothing was changed: compact it again once that one is done, or with a longer "
-                "--wait"
+                f"table {name!r} not compacted: another compaction of it{_holder(fd)} held its lock for the "
+                f"{duration(wait)} it was given (--wait); nothing was changed: compact it again once that one is done, "
+                "or with a longer --wait"
             )
         if now - said >= CONFIG.interval:
             said = now
-            note(f"still waiting for the other compaction of {name!r}{pid}: {duration(now - started)} of {bound} ...")
+            other = f"{name!r}{_holder(fd)}"
+            note(f"still waiting for the other compaction of {other}: {duration(now - started)} of {bound} ...")
         time.sleep(min(POLL_SECONDS, max(0.0, started + wait - now)))
+
+
+def _holder(fd: int) -> str:
+    """`` (process N)`` for the compaction holding the lock open as ``fd``, as it wrote its id in the lock file; read
+    each time it is said, since the lock may pass to another meanwhile. Empty when none is written (a full disk)."""
+    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    return f" (process {holder})" if holder.isdigit() else ""
 
 
 def finish(data_dir: Path, logs: list[tuple[Path, int]]) -> int:

@@ -553,7 +553,7 @@ def _recovered_frames(fd: int, path: Path, cut: bool) -> Iterator[list[Record]]:
     naming the bytes lost and the last good record; :class:`LogCorrupt` for a damaged record with good ones after
     it. What a load's check and a compaction's cut (:func:`cut`) both do."""
     last = "no record"
-    for records, end, problem in _scan_file(fd, None, body=False):
+    for records, end, problem in _damage_joined(_scan_file(fd, None, body=False)):
         if problem is not None or end >= os.fstat(fd).st_size:  # the last piece: the records that end it checked
             written, unwritten = _written(fd, records)
             if unwritten is not None:  # records no server wrote, and what torn tail follows them
@@ -567,6 +567,22 @@ def _recovered_frames(fd: int, path: Path, cut: bool) -> Iterator[list[Record]]:
                 os.ftruncate(fd, end)
                 os.fsync(fd)
         yield records
+
+
+def _damage_joined(
+    pieces: Iterator[tuple[list[Record], int, str | None]],
+) -> Iterator[tuple[list[Record], int, str | None]]:
+    """:func:`_scan_file`'s pieces, the damage that ends the log (a piece of no records) given with the records of
+    the piece before it, whose last may be records no server writes: they and a torn frame after them are one tail."""
+    held = None
+    for piece in pieces:
+        if held is not None and piece[2] is not None:
+            piece = (held[0], *piece[1:])
+        elif held is not None:
+            yield held
+        held = piece
+    if held is not None:
+        yield held
 
 
 def _written(fd: int, records: list[Record]) -> tuple[list[Record], str | None]:

@@ -26,7 +26,7 @@ from index.build.sources import RawTable
 from index.engine.table import Table
 from index.engine.transformer_encoder import threads
 from index.store import artifact, writelog
-from tests.cli import REPO, progress_lines, run_cli, untimed
+from tests.cli import REPO, Result, progress_lines, run_cli, untimed
 from tests.examples import example
 from tests.lee import Lee, jsonl_records
 from tests.minilm import minilm_dir
@@ -933,3 +933,54 @@ def test_index_gives_up_on_a_table_compacted_anew_every_time_its_index_is_built(
     manifest = artifact.read_manifest(data / "lee")
     assert manifest["log_sequence"] == artifact.ROUNDS + 1 and manifest["compacted_at"]  # the last compaction's
     assert len(builds) == artifact.ROUNDS and artifact.verify(data / "lee").ok and not list(data.glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("wait", ["inf", "1e400", "86401", "nan", "-1"])
+def test_compact_refuses_a_wait_that_is_no_number_of_seconds(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, wait: str
+) -> None:
+    """``--wait inf`` (or 1e400) failed with a traceback when it said how long it would wait, the lock still held by
+    the other: a wait of more than a day is refused before anything is waited for, as NaN and a negative one are,
+    nothing changed."""
+    from index.build.compact import locked
+
+    data, path = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
+    log = path.read_bytes()
+    outcome: list[Result] = []
+    with locked(data, "lee"):  # another compaction, which never ends while this waits
+        thread = threading.Thread(
+            target=lambda: outcome.append(run_cli("compact", "lee", "--data-dir", data, "--wait", wait)), daemon=True
+        )
+        thread.start()
+        thread.join(10)
+    thread.join(30)
+    assert outcome, f"compact --wait {wait} waited for the lock"
+    done = outcome[0]
+    assert done.code == 2 and "--wait" in done.err and "Traceback" not in done.err, done
+    assert artifact.read_manifest(data / "lee").get("log_sequence", 0) == 0 and path.read_bytes() == log
+
+
+def test_compact_names_the_process_that_holds_the_lock_when_it_says_so(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock taken over by another compaction while this one waits (the one it waited for done, a third one
+    quicker to take it): this one read the holder's process id once, and gave up naming the process it began to
+    wait for, ended since (its id free for another process). Each line names the process as the lock file names it
+    then."""
+    from index import progress
+    from index.build.compact import locked
+
+    data, _ = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.2)
+    lock_file = writelog.log_path(data, "lee").with_suffix(".compacting")
+    with locked(data, "lee"):  # the first holder: this process, as the lock file names it
+        taken_over = threading.Timer(0.3, lambda: lock_file.write_text("4242\n"))  # as the next holder writes it
+        taken_over.start()
+        done = run_cli("compact", "lee", "--data-dir", data, "--wait", "3", quiet=False)
+        taken_over.join()
+    lines = done.err.splitlines()
+    assert done.code == 1 and f"(process {os.getpid()}); waiting for it" in lines[0], lines
+    assert "still waiting for the other compaction of 'lee' (process 4242): " in done.err, lines
+    assert lines[-1].startswith(
+        "embedding-index: error: table 'lee' not compacted: another compaction of it (process 4242) held its lock"
+    ), lines

@@ -649,15 +649,23 @@ def test_a_cut_cuts_a_torn_tail_too(tmp_path: Path, covered: int, caplog: pytest
 
 @pytest.mark.parametrize(
     "damage",
-    ["partial header", "partial payload", "checksum last", "checksum middle", "no object last", "no objects last"],
+    [
+        "partial header",
+        "partial payload",
+        "checksum last",
+        "checksum middle",
+        "no object last",
+        "no objects last",
+        "no object then torn",
+    ],
 )
 def test_a_cut_and_a_load_treat_every_damaged_tail_alike(
     tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A compaction's cut and a load check the frames with the same reader: a torn tail of any shape (a header cut
     short, a payload cut short, a checksum that does not match in the last record, whole checksummed records at the
-    end whose payloads are no JSON object) is cut at the same byte with the same warning by both; a record damaged
-    with good ones after it refuses the log in the same words, nothing cut."""
+    end whose payloads are no JSON object, a torn frame after them or not) is cut at the same byte with the same
+    warning by both; a record damaged with good ones after it refuses the log in the same words, nothing cut."""
     logs = {}
     for caller in ("load", "cut"):
         path = tmp_path / caller / writelog.DIRECTORY / "t.log"  # the same log's name: frames of the same bytes
@@ -673,6 +681,8 @@ def test_a_cut_and_a_load_treat_every_damaged_tail_alike(
             data[last.offset :] = raw_frame(4, b'"gpl"')
         elif damage == "no objects last":  # the last two: the tail from the first of them
             data[records[2].offset :] = raw_frame(3, b"[3]") + raw_frame(4, b"null")
+        elif damage == "no object then torn":  # a record no server writes, then a record cut short: one tail
+            data[records[2].offset :] = raw_frame(3, b"[3]") + data[last.offset : last.end - 5]
         else:
             data[(last if damage == "checksum last" else second).end - 3] ^= 0x20
         path.write_bytes(bytes(data))
@@ -698,7 +708,7 @@ def test_a_cut_and_a_load_treat_every_damaged_tail_alike(
         )
         assert outcomes["load"][1] == outcomes["cut"][1] == len(data)
     else:
-        kept = 2 if damage == "no objects last" else 3
+        kept = 2 if damage in ("no objects last", "no object then torn") else 3
         assert outcomes["load"][:2] == outcomes["cut"][:2] == (kept, records[kept].offset), outcomes
         assert outcomes["load"][2] == outcomes["cut"][2] and len(outcomes["cut"][2]) == 1, outcomes
         assert f"cut {len(data) - records[kept].offset} bytes at byte {records[kept].offset} (" in outcomes["cut"][2][0]

@@ -5,9 +5,10 @@ Rows are unit-normalised, so inner product equals cosine. Specs:
 - ``auto``: ``flat`` below 100,000 rows; else the index that is fastest to search among those whose build fits
   the build-time budget (``--build-budget``): HNSW (M=32, efConstruction=200) when a timed build of a 20,000-row
   sample, scaled to the whole table by the growth measured on it, fits; else IVF. Either way the search parameter
-  (efSearch, nprobe) is raised until recall@10 >= 0.99 on a sample of rows (each one's own row left out of its
-  answers, as a neighbours query leaves it out), and the manifest records the estimate and why the index was
-  chosen. A graph that stays below ``--min-recall`` (rows that tie massively) gives way to IVF (``fallback_spec``);
+  (efSearch, nprobe) is raised until recall@10 >= 0.99 (or ``--min-recall``, if higher) on a sample of rows (each
+  one's own row left out of its answers, as a neighbours query leaves it out), and the manifest records the
+  estimate and why the index was chosen. A graph that stays below ``--min-recall`` (rows that tie massively) gives
+  way to IVF (``fallback_spec``);
 - ``flat``: exact inner product (the service then searches the memory-mapped matrix directly);
 - ``hnsw`` or ``hnsw:M=32,efConstruction=200,efSearch=48`` (those are the defaults, efSearch apart);
 - ``ivf`` or ``ivf:nlist=2048,nprobe=64`` (nlist defaults to about 2 sqrt(rows), nprobe is tuned when not given);
@@ -588,8 +589,8 @@ def _build_and_measure(vectors: np.ndarray, spec: IndexSpec, min_recall: float, 
     param = search_param(index)  # a factory string's HNSW or IVF is tuned as the spec's is
     tunable = (param == "efSearch" and spec.ef_search is None) or (param == "nprobe" and spec.nprobe is None)
     rerank = spec.rerank if spec.compressed else 1
-    if tunable:
-        recall = _tune(index, spec, probe, spec.target_recall or max(min_recall, AUTO_TARGET_RECALL))
+    if tunable:  # to auto's target, or the --min-recall above it (so auto's graph is not given up short of it)
+        recall = _tune(index, spec, probe, max(min_recall, spec.target_recall or AUTO_TARGET_RECALL))
     else:
         set_search_params(index, ef_search=spec.ef_search, nprobe=spec.nprobe)
         recall = probe.recall(index, rerank)

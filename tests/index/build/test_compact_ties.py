@@ -23,6 +23,7 @@ from index.build.index_choice import (
     fallback_spec,
     parse_spec,
 )
+from index.build.sources import RawTable
 from index.build.writer import index_table
 from index.engine.table import Table
 from index.errors import InvalidQuery
@@ -129,3 +130,31 @@ def test_the_index_taken_instead_is_exact_search_but_for_a_large_graph() -> None
     assert fallback_spec(AUTO_FLAT_BELOW, "auto").kind == "ivf"
     assert fallback_spec(AUTO_FLAT_BELOW, "ivfpq").kind == "flat"
     assert fallback_spec(AUTO_FLAT_BELOW, "factory").kind == "flat"
+
+
+@pytest.fixture
+def glove_100k(glove_raw: RawTable) -> np.ndarray:
+    """GloVe's first ``AUTO_FLAT_BELOW`` rows, as unit rows: no copies, where a wider search finds more."""
+    return np.ascontiguousarray(unit(glove_raw.matrix[:AUTO_FLAT_BELOW]).astype(np.float32))
+
+
+def test_the_ivf_taken_instead_is_tuned_to_a_min_recall_above_auto_s_target(glove_100k: np.ndarray) -> None:
+    """A compaction of 100,000 rows whose graph (its efSearch fixed by hand) misses a ``--min-recall`` of 0.999: the
+    IVF taken instead raises its nprobe until it reaches 0.999, not only auto's 0.99, else it too is refused and the
+    log grows at every write."""
+    graph = parse_spec("hnsw:M=4,efConstruction=16,efSearch=16", len(glove_100k), glove_100k.shape[1])
+    built = build_and_measure(glove_100k, graph, min_recall=0.999, fallback=True)
+    assert built.info["spec"]["kind"] == "ivf" and built.info["recall_at_10"] >= 0.999
+    assert built.info["fallback"]["index"]["efSearch"] == 16 and built.info["fallback"]["min_recall"] == 0.999
+
+
+def test_auto_s_graph_is_tuned_to_a_min_recall_above_its_target_before_it_gives_way(
+    glove_100k: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``auto``'s graph with ``--min-recall`` 0.995: its efSearch is raised to 0.995, and the graph kept, rather than
+    stopped at 0.99 and replaced by IVF as if it could not reach the recall asked."""
+    graph = IndexSpec(kind="hnsw", m=16, ef_construction=40, target_recall=AUTO_TARGET_RECALL)
+    monkeypatch.setattr(index_choice, "choose_auto", lambda *_: (graph, {"chosen": "hnsw"}))
+    built = build_and_measure(glove_100k, parse_spec("auto", len(glove_100k), 50), min_recall=0.995)
+    assert built.info["spec"]["kind"] == "hnsw" and built.info["recall_at_10"] >= 0.995
+    assert "fallback" not in built.info

@@ -158,3 +158,30 @@ def test_auto_s_graph_is_tuned_to_a_min_recall_above_its_target_before_it_gives_
     built = build_and_measure(glove_100k, parse_spec("auto", len(glove_100k), 50), min_recall=0.995)
     assert built.info["spec"]["kind"] == "hnsw" and built.info["recall_at_10"] >= 0.995
     assert "fallback" not in built.info
+
+
+def test_the_next_compaction_builds_the_table_s_own_index_again_once_it_reaches_the_recall(
+    graph_table: Path, lee_docs: Lee
+) -> None:
+    """Once the copies are deleted, the next compaction builds the table's own graph again, within its recall, and
+    its manifest (and so the summary) no longer says a fallback."""
+    bodies = templated(lee_docs)
+    path = logged(graph_table, bodies)
+    assert compact.compact(graph_table, "lee")["fallback"]["instead"] == "flat"
+    with writelog.appending(path, sync=False) as log:
+        log.append(len(bodies) + 1, {"op": "delete", "ids": [f"copy/{i}" for i in range(WRITTEN)]})
+    done = compact.compact(graph_table, "lee")
+    assert "fallback" not in done and done["rows"] == 300
+    manifest = artifact.read_manifest(graph_table / "lee")
+    assert manifest["index"]["spec"]["kind"] == "hnsw" and manifest["index"]["spec"]["M"] == 8
+    assert manifest["index"]["recall_at_10"] >= 0.95 and "fallback" not in manifest["index"]
+    assert "index_fallback" not in Table.load(graph_table / "lee").summary()
+
+
+def test_the_refusal_of_a_graph_over_rows_without_copies_does_not_speak_of_copies(glove_100k: np.ndarray) -> None:
+    """GloVe has no copies (no sampled word's 10th nearest other word scores above 0.99): a graph refused over it
+    says the recall it reached, and nothing of copies."""
+    graph = parse_spec("hnsw:M=4,efConstruction=16,efSearch=16", len(glove_100k), glove_100k.shape[1])
+    with pytest.raises(InvalidQuery) as refused:
+        build_and_measure(glove_100k, graph, min_recall=0.99)
+    assert "below --min-recall 0.99" in refused.value.message and "copies" not in refused.value.message

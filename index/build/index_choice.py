@@ -388,7 +388,7 @@ def choose_auto(vectors: np.ndarray, budget: float, seed: int = 0) -> tuple[Inde
         why["chosen"] = "hnsw"
         note(f"HNSW: about {duration(estimate)} to build, within the budget of {duration(budget)}")
         return hnsw, why
-    ivf = IndexSpec(kind="ivf", nlist=default_nlist(len(vectors)), target_recall=AUTO_TARGET_RECALL)
+    ivf = auto_ivf(len(vectors))
     why["chosen"] = "ivf"
     note(f"IVF: HNSW would take about {duration(estimate)}, over the budget of {duration(budget)}")
     return ivf, why
@@ -409,10 +409,17 @@ def fallback_spec(rows: int, refused: str) -> IndexSpec:
     """The index taken where the ``refused`` kind of index misses ``--min-recall``: what ``auto`` takes, exact search
     below ``AUTO_FLAT_BELOW`` rows, else IVF, whose recall rises to that of exact search as nprobe nears its lists
     (they hold the rows), so that it reaches any recall asked. In place of an index other than ``auto``'s or
-    ``hnsw``'s graph (which hold the rows), one that may hold codes of a few bytes a row (``ivfpq``, a factory
-    string), exact search at any size: an IVF index would hold the rows again, in memory."""
+    ``hnsw``'s graph (which hold the rows), exact search at any size: ``ivfpq`` or a factory string may hold codes
+    of a few bytes a row, whose rows an IVF index would hold again, in memory (an ``ivf`` misses only with its
+    nprobe fixed by hand)."""
     if rows < AUTO_FLAT_BELOW or refused not in ("auto", "hnsw"):
         return IndexSpec(kind="flat")
+    return auto_ivf(rows)
+
+
+def auto_ivf(rows: int) -> IndexSpec:
+    """``auto``'s IVF for ``rows`` rows, where the graph's build would exceed the budget or the graph misses the
+    recall: ``default_nlist`` lists, nprobe tuned to ``AUTO_TARGET_RECALL`` (or the ``--min-recall`` above it)."""
     return IndexSpec(kind="ivf", nlist=default_nlist(rows), target_recall=AUTO_TARGET_RECALL)
 
 

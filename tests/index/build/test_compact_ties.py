@@ -7,6 +7,7 @@ graph that misses the recall gives way to the rule's other index, IVF, at import
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from index.build.writer import index_table
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store import artifact, writelog
+from tests.cli import run_cli
 from tests.lee import Lee
 from tests.logs import recovered
 from tests.vectors import unit
@@ -185,3 +187,23 @@ def test_the_refusal_of_a_graph_over_rows_without_copies_does_not_speak_of_copie
     with pytest.raises(InvalidQuery) as refused:
         build_and_measure(glove_100k, graph, min_recall=0.99)
     assert "below --min-recall 0.99" in refused.value.message and "copies" not in refused.value.message
+
+
+def test_an_import_whose_auto_graph_misses_the_recall_says_the_index_it_took_instead(
+    lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``embedding-index import --quiet`` of 100,000 words over Lee's 300 vectors, ``auto``'s graph (a small one, as
+    if the rule had chosen it) below ``--min-recall``: its one line says the IVF taken in place of the graph and why,
+    as a compaction's line does, not only ``(ivf, ...)``."""
+    rows = lee_docs.vectors[np.arange(AUTO_FLAT_BELOW) % 300]
+    np.savez(tmp_path / "dup.npz", vectors=rows, tokens=np.array([f"w{i}" for i in range(len(rows))], dtype=str))
+    small = IndexSpec(kind="hnsw", m=4, ef_construction=16, target_recall=AUTO_TARGET_RECALL)
+    monkeypatch.setattr(index_choice, "choose_auto", lambda *_: (small, {"chosen": "hnsw"}))
+    done = run_cli("import", tmp_path / "dup.npz", "--name", "dup", "--data-dir", tmp_path / "data")
+    assert done.code == 0, done.err
+    fallback = artifact.read_manifest(tmp_path / "data" / "dup")["index"]["fallback"]
+    said = (
+        f"; index ivf in place of {json.dumps(fallback['index'])}, whose recall@10 {fallback['recall_at_10']} is "
+        "below --min-recall 0.95"
+    )
+    assert done.out.startswith("built 'dup': 100,000 rows x 50 (ivf, ") and done.out.rstrip().endswith(said), done.out

@@ -221,7 +221,7 @@ def _build_and_report(
     typer.echo(
         f"built {manifest['name']!r}: {counted(manifest['rows'], 'row')} x {manifest['dim']} "
         f"({index['spec']['kind']}, recall@10 {index['recall_at_10']}){later} in {manifest['build_seconds']} s "
-        f"-> {artifact.table_dir(data_dir, manifest['name'])}"
+        f"-> {artifact.table_dir(data_dir, manifest['name'])}{taken_instead(index.get('fallback'))}"
     )
     return manifest
 
@@ -738,7 +738,7 @@ def index_(
     info = manifest["index"]
     typer.echo(
         f"indexed {name!r}: {info['spec']['kind']} {json.dumps(info['spec'])}, recall@10 {info['recall_at_10']}, "
-        f"built in {info['build_seconds']} s"
+        f"built in {info['build_seconds']} s{taken_instead(info.get('fallback'))}"
     )
 
 
@@ -772,16 +772,21 @@ def compact(
     if not done["written"]:
         typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")
         return
-    fallback = done.get("fallback")
-    instead = (
-        f"; index {fallback['instead']} in place of {json.dumps(fallback['index'])}, whose recall@10 "
-        f"{fallback['recall_at_10']} is below --min-recall {fallback['min_recall']}"
-        if fallback
-        else ""
-    )
     typer.echo(
         f"compacted {name!r}: {counted(done['written'], 'write')} folded in, {counted(done['rows'], 'document')}, "
-        f"sequence {done['log_sequence']}; {counted(done['kept'], 'later write')} kept in the log{instead}"
+        f"sequence {done['log_sequence']}; {counted(done['kept'], 'later write')} kept in the log"
+        f"{taken_instead(done.get('fallback'))}"
+    )
+
+
+def taken_instead(fallback: dict[str, Any] | None) -> str:
+    """The end of a build's line where the index it built missed its recall (the manifest's ``index.fallback``):
+    what was taken in place of which index, and why; ``""`` where none was."""
+    if not fallback:
+        return ""
+    return (
+        f"; index {fallback['instead']} in place of {json.dumps(fallback['index'])}, whose recall@10 "
+        f"{fallback['recall_at_10']} is below --min-recall {fallback['min_recall']}"
     )
 
 

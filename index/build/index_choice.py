@@ -5,9 +5,10 @@ Rows are unit-normalised, so inner product equals cosine. Specs:
 - ``auto``: ``flat`` below 100,000 rows; else the index that is fastest to search among those whose build fits
   the build-time budget (``--build-budget``): HNSW (M=32, efConstruction=200) when a timed build of a 20,000-row
   sample, scaled to the whole table by the growth measured on it, fits; else IVF. Either way the search parameter
-  (efSearch, nprobe) is raised until recall@10 >= 0.99 on a sample of rows (each one's own row left out of its
-  answers, as a neighbours query leaves it out), and the manifest records the estimate and why the index was
-  chosen. A graph that stays below ``--min-recall`` (rows that tie massively) gives way to IVF (``fallback_spec``);
+  (efSearch, nprobe) is raised until recall@10 >= 0.99 (or ``--min-recall``, if higher) on a sample of rows (each
+  one's own row left out of its answers, as a neighbours query leaves it out), and the manifest records the
+  estimate and why the index was chosen. A graph that stays below ``--min-recall`` (rows that tie massively) gives
+  way to IVF (``fallback_spec``);
 - ``flat``: exact inner product (the service then searches the memory-mapped matrix directly);
 - ``hnsw`` or ``hnsw:M=32,efConstruction=200,efSearch=48`` (those are the defaults, efSearch apart);
 - ``ivf`` or ``ivf:nlist=2048,nprobe=64`` (nlist defaults to about 2 sqrt(rows), nprobe is tuned when not given);
@@ -387,7 +388,7 @@ def choose_auto(vectors: np.ndarray, budget: float, seed: int = 0) -> tuple[Inde
         why["chosen"] = "hnsw"
         note(f"HNSW: about {duration(estimate)} to build, within the budget of {duration(budget)}")
         return hnsw, why
-    ivf = IndexSpec(kind="ivf", nlist=default_nlist(len(vectors)), target_recall=AUTO_TARGET_RECALL)
+    ivf = auto_ivf(len(vectors))
     why["chosen"] = "ivf"
     note(f"IVF: HNSW would take about {duration(estimate)}, over the budget of {duration(budget)}")
     return ivf, why
@@ -408,10 +409,17 @@ def fallback_spec(rows: int, refused: str) -> IndexSpec:
     """The index taken where the ``refused`` kind of index misses ``--min-recall``: what ``auto`` takes, exact search
     below ``AUTO_FLAT_BELOW`` rows, else IVF, whose recall rises to that of exact search as nprobe nears its lists
     (they hold the rows), so that it reaches any recall asked. In place of an index other than ``auto``'s or
-    ``hnsw``'s graph (which hold the rows), one that may hold codes of a few bytes a row (``ivfpq``, a factory
-    string), exact search at any size: an IVF index would hold the rows again, in memory."""
+    ``hnsw``'s graph (which hold the rows), exact search at any size: ``ivfpq`` or a factory string may hold codes
+    of a few bytes a row, whose rows an IVF index would hold again, in memory (an ``ivf`` misses only with its
+    nprobe fixed by hand)."""
     if rows < AUTO_FLAT_BELOW or refused not in ("auto", "hnsw"):
         return IndexSpec(kind="flat")
+    return auto_ivf(rows)
+
+
+def auto_ivf(rows: int) -> IndexSpec:
+    """``auto``'s IVF for ``rows`` rows, where the graph's build would exceed the budget or the graph misses the
+    recall: ``default_nlist`` lists, nprobe tuned to ``AUTO_TARGET_RECALL`` (or the ``--min-recall`` above it)."""
     return IndexSpec(kind="ivf", nlist=default_nlist(rows), target_recall=AUTO_TARGET_RECALL)
 
 
@@ -588,8 +596,8 @@ def _build_and_measure(vectors: np.ndarray, spec: IndexSpec, min_recall: float, 
     param = search_param(index)  # a factory string's HNSW or IVF is tuned as the spec's is
     tunable = (param == "efSearch" and spec.ef_search is None) or (param == "nprobe" and spec.nprobe is None)
     rerank = spec.rerank if spec.compressed else 1
-    if tunable:
-        recall = _tune(index, spec, probe, spec.target_recall or max(min_recall, AUTO_TARGET_RECALL))
+    if tunable:  # to auto's target, or the --min-recall above it (so auto's graph is not given up short of it)
+        recall = _tune(index, spec, probe, max(min_recall, spec.target_recall or AUTO_TARGET_RECALL))
     else:
         set_search_params(index, ef_search=spec.ef_search, nprobe=spec.nprobe)
         recall = probe.recall(index, rerank)

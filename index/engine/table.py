@@ -324,7 +324,7 @@ class Table:
         if deferred := m.get("index", {}).get("deferred"):
             out["index_deferred"] = deferred["spec"]  # exact search until this index is built
         if fallback := m.get("index", {}).get("fallback"):
-            out["index_fallback"] = fallback  # the table's index a compaction could not build within its recall
+            out["index_fallback"] = fallback  # the table's index its build could not make within its recall
         return out
 
     # ------------------------------------------------------------------- lookup (index.engine.lookup)

@@ -35,8 +35,9 @@ class TableSummary(BaseModel):
     index_deferred: str | None = Field(None, description="the index a background build makes (exact search until then)")
     index_fallback: dict[str, Any] | None = Field(
         None,
-        description="documents tables: the table's own index (index), which its last compaction built below its "
-        "--min-recall (recall_at_10 reached, min_recall), and the one it took instead (instead); the next tries again",
+        description="the table's own index (index), which its build (auto's graph at import, or any index at a "
+        "documents table's compaction) left below its --min-recall (recall_at_10 reached, min_recall), and the one "
+        "taken instead (instead); a compaction tries its own again",
     )
     building: BuildStatus | None = Field(None, description="that build, while it runs or after it failed")
     shard_of: dict[str, Any] | None = Field(

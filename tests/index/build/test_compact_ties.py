@@ -7,6 +7,7 @@ graph that misses the recall gives way to the rule's other index, IVF, at import
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,12 @@ from index.build.index_choice import (
     fallback_spec,
     parse_spec,
 )
+from index.build.sources import RawTable
 from index.build.writer import index_table
 from index.engine.table import Table
 from index.errors import InvalidQuery
 from index.store import artifact, writelog
+from tests.cli import run_cli
 from tests.lee import Lee
 from tests.logs import recovered
 from tests.vectors import unit
@@ -129,3 +132,78 @@ def test_the_index_taken_instead_is_exact_search_but_for_a_large_graph() -> None
     assert fallback_spec(AUTO_FLAT_BELOW, "auto").kind == "ivf"
     assert fallback_spec(AUTO_FLAT_BELOW, "ivfpq").kind == "flat"
     assert fallback_spec(AUTO_FLAT_BELOW, "factory").kind == "flat"
+
+
+@pytest.fixture
+def glove_100k(glove_raw: RawTable) -> np.ndarray:
+    """GloVe's first ``AUTO_FLAT_BELOW`` rows, as unit rows: no copies, where a wider search finds more."""
+    return np.ascontiguousarray(unit(glove_raw.matrix[:AUTO_FLAT_BELOW]).astype(np.float32))
+
+
+def test_the_ivf_taken_instead_is_tuned_to_a_min_recall_above_auto_s_target(glove_100k: np.ndarray) -> None:
+    """A compaction of 100,000 rows whose graph (its efSearch fixed by hand) misses a ``--min-recall`` of 0.999: the
+    IVF taken instead raises its nprobe until it reaches 0.999, not only auto's 0.99, else it too is refused and the
+    log grows at every write."""
+    graph = parse_spec("hnsw:M=4,efConstruction=16,efSearch=16", len(glove_100k), glove_100k.shape[1])
+    built = build_and_measure(glove_100k, graph, min_recall=0.999, fallback=True)
+    assert built.info["spec"]["kind"] == "ivf" and built.info["recall_at_10"] >= 0.999
+    assert built.info["fallback"]["index"]["efSearch"] == 16 and built.info["fallback"]["min_recall"] == 0.999
+
+
+def test_auto_s_graph_is_tuned_to_a_min_recall_above_its_target_before_it_gives_way(
+    glove_100k: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``auto``'s graph with ``--min-recall`` 0.995: its efSearch is raised to 0.995, and the graph kept, rather than
+    stopped at 0.99 and replaced by IVF as if it could not reach the recall asked."""
+    graph = IndexSpec(kind="hnsw", m=16, ef_construction=40, target_recall=AUTO_TARGET_RECALL)
+    monkeypatch.setattr(index_choice, "choose_auto", lambda *_: (graph, {"chosen": "hnsw"}))
+    built = build_and_measure(glove_100k, parse_spec("auto", len(glove_100k), 50), min_recall=0.995)
+    assert built.info["spec"]["kind"] == "hnsw" and built.info["recall_at_10"] >= 0.995
+    assert "fallback" not in built.info
+
+
+def test_the_next_compaction_builds_the_table_s_own_index_again_once_it_reaches_the_recall(
+    graph_table: Path, lee_docs: Lee
+) -> None:
+    """Once the copies are deleted, the next compaction builds the table's own graph again, within its recall, and
+    its manifest (and so the summary) no longer says a fallback."""
+    bodies = templated(lee_docs)
+    path = logged(graph_table, bodies)
+    assert compact.compact(graph_table, "lee")["fallback"]["instead"] == "flat"
+    with writelog.appending(path, sync=False) as log:
+        log.append(len(bodies) + 1, {"op": "delete", "ids": [f"copy/{i}" for i in range(WRITTEN)]})
+    done = compact.compact(graph_table, "lee")
+    assert "fallback" not in done and done["rows"] == 300
+    manifest = artifact.read_manifest(graph_table / "lee")
+    assert manifest["index"]["spec"]["kind"] == "hnsw" and manifest["index"]["spec"]["M"] == 8
+    assert manifest["index"]["recall_at_10"] >= 0.95 and "fallback" not in manifest["index"]
+    assert "index_fallback" not in Table.load(graph_table / "lee").summary()
+
+
+def test_the_refusal_of_a_graph_over_rows_without_copies_does_not_speak_of_copies(glove_100k: np.ndarray) -> None:
+    """GloVe has no copies (no sampled word's 10th nearest other word scores above 0.99): a graph refused over it
+    says the recall it reached, and nothing of copies."""
+    graph = parse_spec("hnsw:M=4,efConstruction=16,efSearch=16", len(glove_100k), glove_100k.shape[1])
+    with pytest.raises(InvalidQuery) as refused:
+        build_and_measure(glove_100k, graph, min_recall=0.99)
+    assert "below --min-recall 0.99" in refused.value.message and "copies" not in refused.value.message
+
+
+def test_an_import_whose_auto_graph_misses_the_recall_says_the_index_it_took_instead(
+    lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``embedding-index import --quiet`` of 100,000 words over Lee's 300 vectors, ``auto``'s graph (a small one, as
+    if the rule had chosen it) below ``--min-recall``: its one line says the IVF taken in place of the graph and why,
+    as a compaction's line does, not only ``(ivf, ...)``."""
+    rows = lee_docs.vectors[np.arange(AUTO_FLAT_BELOW) % 300]
+    np.savez(tmp_path / "dup.npz", vectors=rows, tokens=np.array([f"w{i}" for i in range(len(rows))], dtype=str))
+    small = IndexSpec(kind="hnsw", m=4, ef_construction=16, target_recall=AUTO_TARGET_RECALL)
+    monkeypatch.setattr(index_choice, "choose_auto", lambda *_: (small, {"chosen": "hnsw"}))
+    done = run_cli("import", tmp_path / "dup.npz", "--name", "dup", "--data-dir", tmp_path / "data")
+    assert done.code == 0, done.err
+    fallback = artifact.read_manifest(tmp_path / "data" / "dup")["index"]["fallback"]
+    said = (
+        f"; index ivf in place of {json.dumps(fallback['index'])}, whose recall@10 {fallback['recall_at_10']} is "
+        "below --min-recall 0.95"
+    )
+    assert done.out.startswith("built 'dup': 100,000 rows x 50 (ivf, ") and done.out.rstrip().endswith(said), done.out

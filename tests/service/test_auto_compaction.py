@@ -107,6 +107,14 @@ def test_a_sharded_table_is_compacted_when_its_shards_writes_reach_the_setting(
         assert len(said) == 1 and 6 <= int(said[0]) <= 7, said
 
 
+def write_templated(url: str, lee_docs: Lee) -> None:
+    """The templated writes (Lee's 300 vectors reused for ``WRITTEN`` documents) to the table at ``url``."""
+    for body in templated(lee_docs):
+        documents = {"documents": body["documents"]}
+        answer = real_server.HTTP.post(f"{url}/documents", json=documents, headers=HEADERS, timeout=60)
+        assert answer.status_code == 200, answer.text
+
+
 def test_a_table_whose_writes_tie_massively_is_compacted_into_exact_search(
     lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
 ) -> None:
@@ -121,10 +129,7 @@ def test_a_table_whose_writes_tie_massively_is_compacted_into_exact_search(
     env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": str(WRITTEN)}
     with real_server.running(data, tmp_path / "serve.log", env=env) as server:
         url = f"{server.base}/v1/tables/lee"
-        for body in templated(lee_docs):
-            documents = {"documents": body["documents"]}
-            answer = real_server.HTTP.post(f"{url}/documents", json=documents, headers=HEADERS, timeout=60)
-            assert answer.status_code == 200, answer.text
+        write_templated(url, lee_docs)
 
         def compacted() -> bool:
             return real_server.HTTP.get(url).json()["writes"]["written"] == 0
@@ -165,10 +170,7 @@ def test_a_sharded_table_whose_writes_tie_massively_is_compacted_into_exact_sear
     env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": str(WRITTEN)}
     with real_server.running(data, tmp_path / "serve.log", env=env) as server:
         url = f"{server.base}/v1/tables/lee"
-        for body in templated(lee_docs):
-            documents = {"documents": body["documents"]}
-            answer = real_server.HTTP.post(f"{url}/documents", json=documents, headers=HEADERS, timeout=60)
-            assert answer.status_code == 200, answer.text
+        write_templated(url, lee_docs)
         real_server.wait_for(
             lambda: real_server.HTTP.get(url).json()["writes"]["written"] == 0, seconds=SECONDS, what="the compaction"
         )

@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from llama_index.core.schema import TextNode
 
 from service.schemas.bounds import MAX_DIM, MAX_EMBED_CHARS, MAX_TEXT_CHARS, MAX_TOKEN_CHARS
 from service.schemas.limits import ServerLimits
@@ -608,3 +610,65 @@ def test_a_batch_refused_for_a_lowered_limit_is_sized_again(tight: str) -> None:
         == [("/v1/tables/small", 200), (path, 422), ("/v1/limits", 200), ("/v1/tables/small", 200)] + [(path, 200)] * 3
     )
     assert [isinstance(a, ApiError) for a in answered] == [t == UNKNOWN for t in TOKENS]
+
+
+# A document no request can hold, the 290th of 300 written: (server, its text's characters, the limit it is over).
+OVERSIZED = (
+    (0, MAX_TEXT_CHARS + 1, "max_text_chars"),  # the default server: a text over 100,000 characters
+    (0, 10 * 1024 * 1024, "max_body_bytes"),  # 10 MB: over the default 4 MiB body limit (and max_text_chars)
+    (1, 40_000, "max_body_bytes"),  # the small server: a text within max_text_chars, over its 32 KiB body limit
+)
+WRITERS = ("Client", "AsyncClient", "langchain", "llamaindex")
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize(("server", "chars", "limit"), OVERSIZED)
+def test_a_document_over_a_limit_is_refused_before_anything_is_written(
+    servers: tuple[str, str], lee_docs: Lee, writer: str, server: int, chars: int, limit: str
+) -> None:
+    """300 new documents whose 290th no request can hold (its text over max_text_chars, or its JSON over
+    max_body_bytes): each client and store refuses the write before sending any document, with the error the
+    server answers for that document alone (status, code and limit), naming ``documents[289]``; none is written."""
+    url = servers[server]
+    texts = [*lee_docs.texts[:289], "x" * chars, *lee_docs.texts[290:300]]
+    new = [f"w{i}" for i in range(300)]
+    documents = [
+        {"id": ident, "text": text, "vector": vector.tolist()}
+        for ident, text, vector in zip(new, texts, lee_docs.vectors, strict=True)
+    ]
+    sent: list[str] = []
+    hooks = {"response": [lambda response: sent.append(f"{response.request.method} {response.request.url.path}")]}
+
+    async def arecord(response: httpx.Response) -> None:
+        sent.append(f"{response.request.method} {response.request.url.path}")
+
+    try:
+        with httpx.Client(base_url=url, event_hooks=hooks) as http, pytest.raises(ApiError) as refused:
+            client = Client(url, http=http, api_key=KEY)
+            if writer == "Client":
+                client.upsert_many("notes", documents)
+            elif writer == "AsyncClient":
+
+                async def write() -> None:
+                    async with httpx.AsyncClient(base_url=url, event_hooks={"response": [arecord]}) as ahttp:
+                        await AsyncClient(url, http=ahttp, api_key=KEY).upsert_many("notes", documents)
+
+                asyncio.run(write())
+            elif writer == "langchain":
+                embedding = DeterministicFakeEmbedding(size=lee_docs.vectors.shape[1])
+                EmbeddingSearchStore(client, "notes", embedding=embedding).add_texts(texts, ids=new)
+            else:
+                nodes = [TextNode(id_=d["id"], text=d["text"], embedding=d["vector"]) for d in documents]
+                EmbeddingSearchVectorStore(client, "notes").add(nodes)
+        assert not any(request.endswith("/documents") for request in sent), sent
+        with Client(url, api_key=KEY) as client:
+            assert client.documents("notes", new)["missing"] == new
+            with pytest.raises(ApiError) as alone:
+                client.upsert_documents("notes", documents[289:290])
+        error = refused.value
+        assert (error.status, error.code, error.limit) == (alone.value.status, alone.value.code, limit)
+        assert error.message.startswith("documents[289] (id 'w289'): ") and error.details["document"] == 289
+        assert error.message.endswith(f"(the server's {limit}); nothing was written"), error.message
+    finally:
+        with Client(url, api_key=KEY) as client:
+            client.delete_many("notes", new)

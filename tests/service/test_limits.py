@@ -672,3 +672,48 @@ def test_a_document_over_a_limit_is_refused_before_anything_is_written(
     finally:
         with Client(url, api_key=KEY) as client:
             client.delete_many("notes", new)
+
+
+@pytest.mark.parametrize("writer", WRITERS[:2])
+def test_an_id_over_the_servers_length_is_refused_before_anything_is_written(
+    servers: tuple[str, str], lee_docs: Lee, writer: str
+) -> None:
+    """The 290th of 300 documents with an id over max_token_chars: refused before any document is sent, with the
+    server's error for it (422, its limit), the id shown clipped; none is written."""
+    url = servers[0]
+    new = [*(f"w{i}" for i in range(289)), "i" * (MAX_TOKEN_CHARS + 1), *(f"w{i}" for i in range(290, 300))]
+    documents = [
+        {"id": ident, "text": text, "vector": vector.tolist()}
+        for ident, text, vector in zip(new, lee_docs.texts, lee_docs.vectors, strict=True)
+    ]
+    sent: list[str] = []
+
+    async def record(response: httpx.Response) -> None:
+        sent.append(response.request.url.path)
+
+    async def write() -> None:
+        async with httpx.AsyncClient(base_url=url, event_hooks={"response": [record]}) as http:
+            await AsyncClient(url, http=http, api_key=KEY).upsert_many("notes", documents)
+
+    try:
+        with pytest.raises(ApiError) as refused:
+            if writer == "Client":
+                hooks = {"response": [lambda response: sent.append(response.request.url.path)]}
+                with httpx.Client(base_url=url, event_hooks=hooks) as http:
+                    Client(url, http=http, api_key=KEY).upsert_many("notes", documents)
+            else:
+                asyncio.run(write())
+        with Client(url, api_key=KEY) as client:
+            assert client.documents("notes", new[:289])["missing"] == new[:289]
+            with pytest.raises(ApiError) as alone:
+                client.upsert_documents("notes", documents[289:290])
+    finally:
+        with Client(url, api_key=KEY) as client:
+            client.delete_many("notes", new[:289])
+    assert sent == ["/v1/limits"]
+    error = refused.value
+    assert (error.status, error.code, error.limit) == (alone.value.status, alone.value.code, "max_token_chars")
+    assert error.message == (
+        f"documents[289] (id '{'i' * 55}...'): id: String should have at most {MAX_TOKEN_CHARS} characters "
+        "(the server's max_token_chars); nothing was written"
+    )

@@ -618,7 +618,7 @@ OVERSIZED = (
     (0, 10 * 1024 * 1024, "max_body_bytes"),  # 10 MB: over the default 4 MiB body limit (and max_text_chars)
     (1, 40_000, "max_body_bytes"),  # the small server: a text within max_text_chars, over its 32 KiB body limit
 )
-WRITERS = ("Client", "AsyncClient", "langchain", "llamaindex")
+WRITERS = ("Client", "AsyncClient", "langchain", "llamaindex", "langchain async", "llamaindex async")
 
 
 @pytest.mark.parametrize("writer", WRITERS)
@@ -642,24 +642,31 @@ def test_a_document_over_a_limit_is_refused_before_anything_is_written(
     async def arecord(response: httpx.Response) -> None:
         sent.append(f"{response.request.method} {response.request.url.path}")
 
+    embedding = DeterministicFakeEmbedding(size=lee_docs.vectors.shape[1])
+    nodes = [TextNode(id_=d["id"], text=d["text"], embedding=d["vector"]) for d in documents]
+
+    async def awrite(client: Client) -> None:
+        async with httpx.AsyncClient(base_url=url, event_hooks={"response": [arecord]}) as ahttp:
+            aclient = AsyncClient(url, http=ahttp, api_key=KEY)
+            if writer == "AsyncClient":
+                await aclient.upsert_many("notes", documents)
+            elif writer == "langchain async":
+                store = EmbeddingSearchStore(client, "notes", embedding=embedding, async_client=aclient)
+                await store.aadd_texts(texts, ids=new)
+            else:
+                await EmbeddingSearchVectorStore(client, "notes", async_client=aclient).async_add(nodes)
+
     try:
         with httpx.Client(base_url=url, event_hooks=hooks) as http, pytest.raises(ApiError) as refused:
             client = Client(url, http=http, api_key=KEY)
             if writer == "Client":
                 client.upsert_many("notes", documents)
-            elif writer == "AsyncClient":
-
-                async def write() -> None:
-                    async with httpx.AsyncClient(base_url=url, event_hooks={"response": [arecord]}) as ahttp:
-                        await AsyncClient(url, http=ahttp, api_key=KEY).upsert_many("notes", documents)
-
-                asyncio.run(write())
             elif writer == "langchain":
-                embedding = DeterministicFakeEmbedding(size=lee_docs.vectors.shape[1])
                 EmbeddingSearchStore(client, "notes", embedding=embedding).add_texts(texts, ids=new)
-            else:
-                nodes = [TextNode(id_=d["id"], text=d["text"], embedding=d["vector"]) for d in documents]
+            elif writer == "llamaindex":
                 EmbeddingSearchVectorStore(client, "notes").add(nodes)
+            else:
+                asyncio.run(awrite(client))
         assert not any(request.endswith("/documents") for request in sent), sent
         with Client(url, api_key=KEY) as client:
             assert client.documents("notes", new)["missing"] == new

@@ -24,7 +24,7 @@ from llama_index.core.schema import TextNode
 from service.schemas.bounds import MAX_DIM, MAX_EMBED_CHARS, MAX_TEXT_CHARS, MAX_TOKEN_CHARS
 from service.schemas.limits import ServerLimits
 from service.settings import Settings
-from service_client import ApiError, AsyncClient, Client
+from service_client import ApiError, AsyncClient, Client, write_bodies
 from service_client.langchain import EmbeddingSearchStore
 from service_client.llamaindex import EmbeddingSearchVectorStore
 from tests.cli import run_cli
@@ -724,3 +724,27 @@ def test_an_id_over_the_servers_length_is_refused_before_anything_is_written(
         f"documents[289] (id '{'i' * 55}...'): id: String should have at most {MAX_TOKEN_CHARS} characters "
         "(the server's max_token_chars); nothing was written"
     )
+
+
+def test_the_largest_document_a_request_holds_is_the_servers(servers: tuple[str, str], lee_docs: Lee) -> None:
+    """On the small server (a 32 KiB body limit): a document whose request body is exactly the limit is written,
+    and one of a character more is refused by the client before it is sent, as the server refuses it (413)."""
+    url = servers[1]
+    empty = {"id": "edge", "text": "", "vector": lee_docs.vectors[0].tolist()}
+    fits = 32 * 1024 - len(write_bodies([empty])[0])  # the text's characters that make the body the limit
+    sent: list[str] = []
+    hooks = {"response": [lambda response: sent.append(response.request.url.path)]}
+    try:
+        with httpx.Client(base_url=url, event_hooks=hooks) as http:
+            client = Client(url, http=http, api_key=KEY)
+            assert client.upsert_many("notes", [{**empty, "text": "x" * fits}])[0]["upserted"] == 1
+            sent.clear()
+            with pytest.raises(ApiError) as refused:
+                client.upsert_many("notes", [{**empty, "text": "x" * (fits + 1)}])
+            assert sent == [] and (refused.value.status, refused.value.limit) == (413, "max_body_bytes")
+            with pytest.raises(ApiError) as alone:
+                client.upsert_documents("notes", [{**empty, "text": "x" * (fits + 1)}])
+            assert (alone.value.status, alone.value.code) == (413, refused.value.code)
+    finally:
+        with Client(url, api_key=KEY) as client:
+            client.delete_many("notes", ["edge"])

@@ -748,3 +748,28 @@ def test_the_largest_document_a_request_holds_is_the_servers(servers: tuple[str,
     finally:
         with Client(url, api_key=KEY) as client:
             client.delete_many("notes", ["edge"])
+
+
+def test_the_longest_text_a_write_holds_is_the_servers(servers: tuple[str, str], lee_docs: Lee) -> None:
+    """A text of max_text_chars characters outside the BMP (4 bytes each in UTF-8, 2 UTF-16 units) is written, and
+    one of a character more is refused by the client before it is sent, as the server refuses it: both count
+    characters alike."""
+    url = servers[0]
+    document = {"id": "edge", "vector": lee_docs.vectors[0].tolist()}
+    sent: list[str] = []
+    hooks = {"response": [lambda response: sent.append(response.request.url.path)]}
+    try:
+        with httpx.Client(base_url=url, event_hooks=hooks) as http:
+            client = Client(url, http=http, api_key=KEY)
+            written = client.upsert_many("notes", [{**document, "text": "\U0001f600" * MAX_TEXT_CHARS}])
+            assert written[0]["upserted"] == 1
+            sent.clear()
+            with pytest.raises(ApiError) as refused:
+                client.upsert_many("notes", [{**document, "text": "\U0001f600" * (MAX_TEXT_CHARS + 1)}])
+            assert sent == [] and (refused.value.status, refused.value.limit) == (422, "max_text_chars")
+            with pytest.raises(ApiError) as alone:
+                client.upsert_documents("notes", [{**document, "text": "\U0001f600" * (MAX_TEXT_CHARS + 1)}])
+            assert (alone.value.code, alone.value.limit) == (refused.value.code, "max_text_chars")
+    finally:
+        with Client(url, api_key=KEY) as client:
+            client.delete_many("notes", ["edge"])

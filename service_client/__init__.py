@@ -324,7 +324,9 @@ class Client:
         request refused leaves the runs before it written, and its error's ``documents[i]`` counts among
         ``documents``, but one refused for its texts' tokens (``max_encode_tokens``), which wrote none of them, is
         sent again in halves, each halved again while refused; an id that comes twice is a ValueError before any
-        request."""
+        request, and so is a document no request can hold (its id over ``max_token_chars``, its text over
+        ``max_text_chars``, its JSON alone over ``max_body_bytes``): the server's error for it (422 or 413, its
+        ``limit`` named)."""
         return self._run(calls.upsert_many(table, documents, self._known))
 
     def delete_many(self, table: str, ids: Sequence[str | int]) -> list[dict[str, Any]]:

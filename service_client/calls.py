@@ -342,6 +342,7 @@ def upsert_many(table: str, documents: Sequence[dict[str, Any]], known: Known) -
     if not documents:
         return answers
     encoded = [_encoded(_document(d)) for d in documents]
+    _check_fits(documents, encoded, (yield from limits(known)))
 
     def write(start: int, end: int, sized: bool, halves: str | None) -> Call[ApiError | None]:
         body = write_body(encoded[start:end])
@@ -358,6 +359,40 @@ def upsert_many(table: str, documents: Sequence[dict[str, Any]], known: Known) -
     sizes = [len(e) + 1 for e in encoded]
     yield from in_runs(len(encoded), known, by_bytes(sizes, WRITE_DOCUMENTS), halved(write, ENCODE_LIMIT))
     return answers
+
+
+def _check_fits(documents: Sequence[dict[str, Any]], encoded: Sequence[bytes], limits: dict[str, Any]) -> None:
+    """Refuse a document no request can hold, before anything is written, with the error the server answers for
+    it (its ``limit`` naming which): its JSON alone over ``max_body_bytes`` (413, the first such, as a body too large
+    is refused before it is read), else the first whose id is over ``max_token_chars`` or text over
+    ``max_text_chars`` (422). What the server does not publish is left to it."""
+    if "max_body_bytes" in limits:
+        most = int(limits["max_body_bytes"])
+        alone = most - len(write_body([]))  # the most bytes of one document alone in a request
+        over = next((i for i, body in enumerate(encoded) if len(body) > alone), None)
+        if over is not None:
+            problem = f"its JSON alone ({len(encoded[over])} bytes) makes a request body over {most} bytes"
+            raise _refused(413, "body_too_large", documents, over, problem, "max_body_bytes")
+    found = []
+    for key, limit in (("id", "max_token_chars"), ("text", "max_text_chars")):
+        if limit in limits:
+            most = int(limits[limit])
+            values = (document.get(key) for document in documents)
+            over = next((i for i, value in enumerate(values) if isinstance(value, str) and len(value) > most), None)
+            if over is not None:
+                found.append((over, f"{key}: String should have at most {most} characters", limit))
+    if found:
+        raise _refused(422, "invalid_request", documents, *min(found))
+
+
+def _refused(
+    status: int, code: str, documents: Sequence[dict[str, Any]], at: int, problem: str, limit: str
+) -> ApiError:
+    """The server's refusal of ``documents[at]`` for ``limit``, named among the write's documents."""
+    ident = repr(documents[at].get("id"))
+    shown = ident if len(ident) <= 60 else f"{ident[:56]}...{ident[-1]}"
+    message = f"documents[{at}] (id {shown}): {problem} (the server's {limit}); nothing was written"
+    return ApiError(status, code, message, {"limit": limit, "document": at})
 
 
 def _check_once(documents: Sequence[dict[str, Any]]) -> None:

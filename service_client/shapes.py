@@ -281,7 +281,7 @@ def _retry_after(response: httpx.Response) -> float | None:
 def counted_from(error: ApiError, first: int) -> ApiError:
     """``error`` of a write request whose documents are a longer write's from ``first`` on: the document it names
     counted among the write's, ``documents[i]`` (the server's check of a document, and its ``document``) or
-    ``documents.i`` (of the body's shape: a text over ``max_text_chars``), and the documents before named as
+    ``documents.i`` (of the body's shape: a vector over ``max_dim``), and the documents before named as
     written, whatever refused it (a document too big for any request's ``max_body_bytes`` names none)."""
     if first == 0:
         return error

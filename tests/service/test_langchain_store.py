@@ -342,36 +342,38 @@ def test_a_refused_document_is_counted_among_the_writes_and_the_written_are_name
     everything(store)
 
 
-def test_a_text_refused_for_its_length_is_counted_among_the_writes(server_url: str) -> None:
-    """A text over the server's ``max_text_chars`` in a write's second request, refused for the body's shape
-    (``documents.33.text`` within its request), is named by its index among the write's, in the message and its
-    details, with the documents the requests before it wrote."""
+def test_a_text_over_the_servers_length_is_refused_before_anything_is_written(server_url: str) -> None:
+    """A text over the server's ``max_text_chars``, the 290th of 300 (in a write's second request), is refused
+    before any request writes a document, named by its index among the write's, as the server would refuse it."""
     store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
     texts = [f"note {i}" for i in range(300)]
     texts[289] = "word " * 20_001  # 100,005 characters
-    message = r"^422 invalid_request: documents\.289\.text: String should have at most 100000 characters "
-    with pytest.raises(
-        ApiError, match=message + r"\(documents\[0\] to documents\[255\] were written, by the"
-    ) as refused:
+    message = (
+        r"^422 invalid_request: documents\[289\] \(id 'n289'\): text: String should have at most 100000 characters "
+        r"\(the server's max_text_chars\); nothing was written$"
+    )
+    with pytest.raises(ApiError, match=message) as refused:
         store.add_texts(texts, ids=[f"n{i}" for i in range(300)])
-    assert refused.value.details["limit"] == "max_text_chars"
-    assert [item["loc"] for item in refused.value.details["details"]] == [
-        ["body", "documents", "289", "text"]
-    ]  # as the server writes a loc
-    assert [d.id for d in store.get_by_ids(["n0", "n255", "n256"])] == ["n0", "n255"]
+    assert refused.value.limit == "max_text_chars" and refused.value.details["document"] == 289
+    assert store.get_by_ids(["n0", "n255", "n256"]) == []
     everything(store)
 
 
-def test_a_document_too_big_for_any_request_says_which_were_written(server_url: str) -> None:
-    """A document whose JSON alone passes the server's ``max_body_bytes`` is sent in a request of its own, after
-    the documents before it were written: its 413 says which."""
+def test_a_document_too_big_for_any_request_is_refused_before_anything_is_written(server_url: str) -> None:
+    """A document whose JSON alone passes the server's ``max_body_bytes`` is refused before any request is sent
+    (not sent alone after the documents before it were written, twice: again after reading the limits again), as
+    the server's 413 would refuse it."""
     store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
     texts = [f"note {i}" for i in range(300)]
     texts[289] = "word " * 900_000  # 4.5 MB, over the 4 MiB a request may hold
-    message = r"^413 body_too_large: .* \(documents\[0\] to documents\[288\] were written, by the requests before\)$"
-    with pytest.raises(ApiError, match=message):
+    message = (
+        r"^413 body_too_large: documents\[289\] \(id 'n289'\): its JSON alone \(\d+ bytes\) makes a request body "
+        r"over 4194304 bytes \(the server's max_body_bytes\); nothing was written$"
+    )
+    with pytest.raises(ApiError, match=message) as refused:
         store.add_texts(texts, ids=[f"n{i}" for i in range(300)])
-    assert [d.id for d in store.get_by_ids(["n0", "n288", "n289", "n290"])] == ["n0", "n288"]
+    assert refused.value.limit == "max_body_bytes"
+    assert store.get_by_ids(["n0", "n288", "n289", "n290"]) == []
     everything(store)
 
 

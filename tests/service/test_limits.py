@@ -18,11 +18,13 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from llama_index.core.schema import TextNode
 
 from service.schemas.bounds import MAX_DIM, MAX_EMBED_CHARS, MAX_TEXT_CHARS, MAX_TOKEN_CHARS
 from service.schemas.limits import ServerLimits
 from service.settings import Settings
-from service_client import ApiError, AsyncClient, Client
+from service_client import ApiError, AsyncClient, Client, write_bodies
 from service_client.langchain import EmbeddingSearchStore
 from service_client.llamaindex import EmbeddingSearchVectorStore
 from tests.cli import run_cli
@@ -608,3 +610,166 @@ def test_a_batch_refused_for_a_lowered_limit_is_sized_again(tight: str) -> None:
         == [("/v1/tables/small", 200), (path, 422), ("/v1/limits", 200), ("/v1/tables/small", 200)] + [(path, 200)] * 3
     )
     assert [isinstance(a, ApiError) for a in answered] == [t == UNKNOWN for t in TOKENS]
+
+
+# A document no request can hold, the 290th of 300 written: (server, its text's characters, the limit it is over).
+OVERSIZED = (
+    (0, MAX_TEXT_CHARS + 1, "max_text_chars"),  # the default server: a text over 100,000 characters
+    (0, 10 * 1024 * 1024, "max_body_bytes"),  # 10 MB: over the default 4 MiB body limit (and max_text_chars)
+    (1, 40_000, "max_body_bytes"),  # the small server: a text within max_text_chars, over its 32 KiB body limit
+)
+WRITERS = ("Client", "AsyncClient", "langchain", "llamaindex", "langchain async", "llamaindex async")
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+@pytest.mark.parametrize(("server", "chars", "limit"), OVERSIZED)
+def test_a_document_over_a_limit_is_refused_before_anything_is_written(
+    servers: tuple[str, str], lee_docs: Lee, writer: str, server: int, chars: int, limit: str
+) -> None:
+    """300 new documents whose 290th no request can hold (its text over max_text_chars, or its JSON over
+    max_body_bytes): each client and store refuses the write before sending any document, with the error the
+    server answers for that document alone (status, code and limit), naming ``documents[289]``; none is written."""
+    url = servers[server]
+    texts = [*lee_docs.texts[:289], "x" * chars, *lee_docs.texts[290:300]]
+    new = [f"w{i}" for i in range(300)]
+    documents = [
+        {"id": ident, "text": text, "vector": vector.tolist()}
+        for ident, text, vector in zip(new, texts, lee_docs.vectors, strict=True)
+    ]
+    sent: list[str] = []
+    hooks = {"response": [lambda response: sent.append(f"{response.request.method} {response.request.url.path}")]}
+
+    async def arecord(response: httpx.Response) -> None:
+        sent.append(f"{response.request.method} {response.request.url.path}")
+
+    embedding = DeterministicFakeEmbedding(size=lee_docs.vectors.shape[1])
+    nodes = [TextNode(id_=d["id"], text=d["text"], embedding=d["vector"]) for d in documents]
+
+    async def awrite(client: Client) -> None:
+        async with httpx.AsyncClient(base_url=url, event_hooks={"response": [arecord]}) as ahttp:
+            aclient = AsyncClient(url, http=ahttp, api_key=KEY)
+            if writer == "AsyncClient":
+                await aclient.upsert_many("notes", documents)
+            elif writer == "langchain async":
+                store = EmbeddingSearchStore(client, "notes", embedding=embedding, async_client=aclient)
+                await store.aadd_texts(texts, ids=new)
+            else:
+                await EmbeddingSearchVectorStore(client, "notes", async_client=aclient).async_add(nodes)
+
+    try:
+        with httpx.Client(base_url=url, event_hooks=hooks) as http, pytest.raises(ApiError) as refused:
+            client = Client(url, http=http, api_key=KEY)
+            if writer == "Client":
+                client.upsert_many("notes", documents)
+            elif writer == "langchain":
+                EmbeddingSearchStore(client, "notes", embedding=embedding).add_texts(texts, ids=new)
+            elif writer == "llamaindex":
+                EmbeddingSearchVectorStore(client, "notes").add(nodes)
+            else:
+                asyncio.run(awrite(client))
+        assert not any(request.endswith("/documents") for request in sent), sent
+        with Client(url, api_key=KEY) as client:
+            assert client.documents("notes", new)["missing"] == new
+            with pytest.raises(ApiError) as alone:
+                client.upsert_documents("notes", documents[289:290])
+        error = refused.value
+        assert (error.status, error.code, error.limit) == (alone.value.status, alone.value.code, limit)
+        assert error.message.startswith("documents[289] (id 'w289'): ") and error.details["document"] == 289
+        assert error.message.endswith(f"(the server's {limit}); nothing was written"), error.message
+    finally:
+        with Client(url, api_key=KEY) as client:
+            client.delete_many("notes", new)
+
+
+@pytest.mark.parametrize("writer", WRITERS[:2])
+def test_an_id_over_the_servers_length_is_refused_before_anything_is_written(
+    servers: tuple[str, str], lee_docs: Lee, writer: str
+) -> None:
+    """The 290th of 300 documents with an id over max_token_chars: refused before any document is sent, with the
+    server's error for it (422, its limit), the id shown clipped; none is written."""
+    url = servers[0]
+    new = [*(f"w{i}" for i in range(289)), "i" * (MAX_TOKEN_CHARS + 1), *(f"w{i}" for i in range(290, 300))]
+    documents = [
+        {"id": ident, "text": text, "vector": vector.tolist()}
+        for ident, text, vector in zip(new, lee_docs.texts, lee_docs.vectors, strict=True)
+    ]
+    sent: list[str] = []
+
+    async def record(response: httpx.Response) -> None:
+        sent.append(response.request.url.path)
+
+    async def write() -> None:
+        async with httpx.AsyncClient(base_url=url, event_hooks={"response": [record]}) as http:
+            await AsyncClient(url, http=http, api_key=KEY).upsert_many("notes", documents)
+
+    try:
+        with pytest.raises(ApiError) as refused:
+            if writer == "Client":
+                hooks = {"response": [lambda response: sent.append(response.request.url.path)]}
+                with httpx.Client(base_url=url, event_hooks=hooks) as http:
+                    Client(url, http=http, api_key=KEY).upsert_many("notes", documents)
+            else:
+                asyncio.run(write())
+        with Client(url, api_key=KEY) as client:
+            assert client.documents("notes", new[:289])["missing"] == new[:289]
+            with pytest.raises(ApiError) as alone:
+                client.upsert_documents("notes", documents[289:290])
+    finally:
+        with Client(url, api_key=KEY) as client:
+            client.delete_many("notes", new[:289])
+    assert sent == ["/v1/limits"]
+    error = refused.value
+    assert (error.status, error.code, error.limit) == (alone.value.status, alone.value.code, "max_token_chars")
+    assert error.message == (
+        f"documents[289] (id '{'i' * 55}...'): id: String should have at most {MAX_TOKEN_CHARS} characters "
+        "(the server's max_token_chars); nothing was written"
+    )
+
+
+def test_the_largest_document_a_request_holds_is_the_servers(servers: tuple[str, str], lee_docs: Lee) -> None:
+    """On the small server (a 32 KiB body limit): a document whose request body is exactly the limit is written,
+    and one of a character more is refused by the client before it is sent, as the server refuses it (413)."""
+    url = servers[1]
+    empty = {"id": "edge", "text": "", "vector": lee_docs.vectors[0].tolist()}
+    fits = 32 * 1024 - len(write_bodies([empty])[0])  # the text's characters that make the body the limit
+    sent: list[str] = []
+    hooks = {"response": [lambda response: sent.append(response.request.url.path)]}
+    try:
+        with httpx.Client(base_url=url, event_hooks=hooks) as http:
+            client = Client(url, http=http, api_key=KEY)
+            assert client.upsert_many("notes", [{**empty, "text": "x" * fits}])[0]["upserted"] == 1
+            sent.clear()
+            with pytest.raises(ApiError) as refused:
+                client.upsert_many("notes", [{**empty, "text": "x" * (fits + 1)}])
+            assert sent == [] and (refused.value.status, refused.value.limit) == (413, "max_body_bytes")
+            with pytest.raises(ApiError) as alone:
+                client.upsert_documents("notes", [{**empty, "text": "x" * (fits + 1)}])
+            assert (alone.value.status, alone.value.code) == (413, refused.value.code)
+    finally:
+        with Client(url, api_key=KEY) as client:
+            client.delete_many("notes", ["edge"])
+
+
+def test_the_longest_text_a_write_holds_is_the_servers(servers: tuple[str, str], lee_docs: Lee) -> None:
+    """A text of max_text_chars characters outside the BMP (4 bytes each in UTF-8, 2 UTF-16 units) is written, and
+    one of a character more is refused by the client before it is sent, as the server refuses it: both count
+    characters alike."""
+    url = servers[0]
+    document = {"id": "edge", "vector": lee_docs.vectors[0].tolist()}
+    sent: list[str] = []
+    hooks = {"response": [lambda response: sent.append(response.request.url.path)]}
+    try:
+        with httpx.Client(base_url=url, event_hooks=hooks) as http:
+            client = Client(url, http=http, api_key=KEY)
+            written = client.upsert_many("notes", [{**document, "text": "\U0001f600" * MAX_TEXT_CHARS}])
+            assert written[0]["upserted"] == 1
+            sent.clear()
+            with pytest.raises(ApiError) as refused:
+                client.upsert_many("notes", [{**document, "text": "\U0001f600" * (MAX_TEXT_CHARS + 1)}])
+            assert sent == [] and (refused.value.status, refused.value.limit) == (422, "max_text_chars")
+            with pytest.raises(ApiError) as alone:
+                client.upsert_documents("notes", [{**document, "text": "\U0001f600" * (MAX_TEXT_CHARS + 1)}])
+            assert (alone.value.code, alone.value.limit) == (refused.value.code, "max_text_chars")
+    finally:
+        with Client(url, api_key=KEY) as client:
+            client.delete_many("notes", ["edge"])

@@ -780,10 +780,12 @@ def compact(
 
 
 def taken_instead(fallback: dict[str, Any] | None) -> str:
-    """The end of a build's line where the index it built missed its recall (the manifest's ``index.fallback``):
-    what was taken in place of which index, and why; ``""`` where none was."""
+    """The end of a build's line where the index it built missed its recall or could not be built over its rows (the
+    manifest's ``index.fallback``): what was taken in place of which index, and why; ``""`` where none was."""
     if not fallback:
         return ""
+    if "unbuildable" in fallback:  # a spec the table's rows cannot build: no recall to speak of
+        return f"; index {fallback['instead']} in place of {json.dumps(fallback['index'])}: {fallback['unbuildable']}"
     return (
         f"; index {fallback['instead']} in place of {json.dumps(fallback['index'])}, whose recall@10 "
         f"{fallback['recall_at_10']} is below --min-recall {fallback['min_recall']}"

@@ -16,9 +16,9 @@ import numpy as np
 
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.clean import clean
-from index.build.index_choice import IndexSpec, build_and_measure, check_spec, parse_spec
+from index.build.index_choice import IndexSpec, build_and_measure, check_spec, fallback_spec, parse_spec
 from index.build.sources import RawTable
-from index.errors import ArtifactError, counted
+from index.errors import ArtifactError, InvalidQuery, counted
 from index.progress import Progress, duration, note
 from index.store import artifact
 from index.store.metadata import METADATA, metadata_file
@@ -67,6 +67,20 @@ def built_with(index_spec: str, min_recall: float, seed: int, budget: float) -> 
     return {"index": index_spec, "min_recall": min_recall, "seed": seed, "budget_seconds": budget}
 
 
+def _spec(index_spec: str, rows: int, dim: int, fallback: bool) -> tuple[IndexSpec, str | None]:
+    """``index_spec`` parsed for ``rows`` rows, and None; with ``fallback`` (a compaction), a spec these rows cannot
+    build (an IVF of more lists than rows, product codes of more centroids than rows: a table that deletes took below
+    them) gives way to :func:`fallback_spec`'s index, with the refusal's words, as one below its recall does."""
+    try:
+        return parse_spec(index_spec, rows, dim), None
+    except InvalidQuery as exc:
+        if not fallback:
+            raise
+        instead = fallback_spec(rows, index_spec.split(":")[0])
+        note(f"{exc.message}; building {instead.kind} instead")
+        return instead, exc.message
+
+
 def build_table(
     raw: RawTable,
     *,
@@ -108,7 +122,7 @@ def build_table(
     note(f"cleaning and normalising {counted(len(raw.tokens), 'row')} ...")
     raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid, allow_empty=empty)
     unit, norms = normalise(raw.matrix if raw.matrix.flags.writeable else raw.matrix.copy())
-    spec = parse_spec(index_spec, len(unit), unit.shape[1])
+    spec, unbuildable = _spec(index_spec, len(unit), unit.shape[1], fallback)
     if defer_index and spec.kind != "flat":
         built = build_and_measure(unit, IndexSpec(kind="flat"), min_recall=min_recall)
         built.info["deferred"] = {"spec": index_spec, "min_recall": min_recall, "budget_seconds": budget, "seed": seed}
@@ -118,6 +132,8 @@ def build_table(
         )
     else:
         built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed, budget=budget, fallback=fallback)
+    if unbuildable is not None:
+        built.info["fallback"] = {"index": index_spec, "unbuildable": unbuildable, "instead": spec.kind}
     note(f"writing {artifact.table_dir(data_dir, name)} ...")
     with artifact.staging(data_dir, name, force=force, complete=complete) as tmp:
         np.save(tmp / artifact.VECTORS, unit, allow_pickle=False)

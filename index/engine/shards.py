@@ -217,7 +217,8 @@ def merged_summary(name: str, parts: Sequence[dict[str, Any]]) -> dict[str, Any]
         }
         out["documents"] = {**first["documents"], "fields": fields}
     if fallbacks := [part["index_fallback"] for part in parts if part.get("index_fallback")]:
-        out["index_fallback"] = min(fallbacks, key=lambda fallback: fallback["recall_at_10"])
+        # the shard furthest from its index: one that could not build it (no recall) before the lowest recall
+        out["index_fallback"] = min(fallbacks, key=lambda fallback: fallback.get("recall_at_10", -1.0))
     out["shards"] = {"count": len(parts), "rows": [part["rows"] for part in parts]}
     if "approximate" in first:
         out["approximate"] = any(part["approximate"] for part in parts)

@@ -36,8 +36,9 @@ class TableSummary(BaseModel):
     index_fallback: dict[str, Any] | None = Field(
         None,
         description="the table's own index (index), which its build (auto's graph at import, or any index at a "
-        "documents table's compaction) left below its --min-recall (recall_at_10 reached, min_recall), and the one "
-        "taken instead (instead); a compaction tries its own again",
+        "documents table's compaction) left below its --min-recall (recall_at_10 reached, min_recall) or a "
+        "compaction could not build over the rows left (unbuildable: why), and the one taken instead (instead); a "
+        "compaction tries its own again",
     )
     building: BuildStatus | None = Field(None, description="that build, while it runs or after it failed")
     shard_of: dict[str, Any] | None = Field(

@@ -207,3 +207,31 @@ def test_an_import_whose_auto_graph_misses_the_recall_says_the_index_it_took_ins
         "below --min-recall 0.95"
     )
     assert done.out.startswith("built 'dup': 100,000 rows x 50 (ivf, ") and done.out.rstrip().endswith(said), done.out
+
+
+@pytest.mark.parametrize("spec", ["ivf:nlist=200", "ivfpq:nlist=8,m=10"])
+def test_a_compaction_whose_index_its_rows_cannot_build_folds_the_log_into_exact_search(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, spec: str
+) -> None:
+    """Deletes take the Lee table below what its recorded index needs (200 lists, or 256 codes per sub-quantiser,
+    over 150 rows): the compaction folds the log all the same, into exact search, and says why, as one below its
+    recall does; the table's own index stays recorded for the next compaction."""
+    shutil.copytree(lee_data_dir / "lee", tmp_path / "lee")
+    index_table(tmp_path, "lee", index_spec=spec)
+    path = logged(tmp_path, [{"op": "delete", "ids": lee_docs.ids[150:]}])
+    done = run_cli("compact", "lee", "--data-dir", tmp_path)
+    assert done.code == 0, done.err
+    manifest = artifact.read_manifest(tmp_path / "lee")
+    assert manifest["rows"] == 150 and manifest["index"]["exact"] is True and manifest["build"]["index"] == spec
+    fallback = manifest["index"]["fallback"]
+    assert fallback["index"] == spec and fallback["instead"] == "flat"
+    why = "nlist 200 is more than the 150 rows" if spec.startswith("ivf:") else "150 rows cannot train 256 codes"
+    assert why in fallback["unbuildable"]
+    assert done.out.rstrip().endswith(f"; index flat in place of {json.dumps(spec)}: {fallback['unbuildable']}")
+    assert recovered(path) == []
+
+
+def test_an_index_the_rows_cannot_build_is_refused_outside_a_compaction(lee_data_dir: Path, tmp_path: Path) -> None:
+    shutil.copytree(lee_data_dir / "lee", tmp_path / "lee")
+    done = run_cli("index", "lee", "--index", "ivf:nlist=400", "--data-dir", tmp_path)
+    assert done.code != 0 and "nlist 400 is more than the 300 rows" in done.err

@@ -8,7 +8,8 @@ CPU priority, one table at a time; writes go on meanwhile. A sharded table's wri
 directory holds the table (and so those logs) compacts it, every shard at once, as the command does. Once the
 new version is published the server is sent SIGHUP and reloads it (``service.reload``), as after a deferred
 index build. A failed compaction is logged; the table keeps its version and its log, and is tried again after
-``EMBEDDING_COMPACT_SECONDS`` (at least a minute).
+``EMBEDDING_COMPACT_SECONDS`` (at least a minute). Each is counted in ``/metrics`` by table and outcome, with the time
+of each table's last success (``service.http.metrics``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from index.engine.door import manifest_is_sharded
 from index.store import artifact, writelog
+from service.http.metrics import count_compaction
 from service.logs import cannot_look, said_once
 
 log = logging.getLogger("service.compacting")
@@ -80,7 +82,9 @@ class AutoCompaction:
             for name in due:
                 if self._stop.is_set():
                     return
-                if self._compact(name):
+                compacted = self._compact(name)
+                count_compaction(name, compacted)
+                if compacted:
                     for key in [key for key in self.pending if key == name or key.startswith(f"{name}/")]:
                         del self.pending[key]
                     self.failed.pop(name, None)

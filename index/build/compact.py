@@ -31,7 +31,7 @@ from index.build.writer import build_table
 from index.engine.delta import Delta
 from index.engine.keyword import for_documents
 from index.engine.table import Table
-from index.errors import ArtifactError, InvalidQuery
+from index.errors import WAIT_LONGER, ArtifactError, InvalidQuery
 from index.progress import CONFIG, Progress, duration, note
 from index.store import artifact, writelog
 from index.store.payload import KIND, payload_files
@@ -102,7 +102,7 @@ def _wait_for(fd: int, name: str, wait: float) -> None:
     if not wait:
         raise ArtifactError(
             f"table {name!r} not compacted: another compaction of it{_holder(fd)} holds its lock, and --wait 0 does "
-            "not wait for it; nothing was changed: compact it again once that one is done, or with a longer --wait"
+            f"not wait for it; nothing was changed: {WAIT_LONGER}"
         )
     bound = f"{_span(wait)} at most (--wait)"
     note(f"table {name!r} is being compacted by another process{_holder(fd)}; waiting for it, {bound} ...")
@@ -112,8 +112,7 @@ def _wait_for(fd: int, name: str, wait: float) -> None:
         if now - started >= wait:
             raise ArtifactError(
                 f"table {name!r} not compacted: another compaction of it{_holder(fd)} held its lock for the "
-                f"{_span(wait)} it was given (--wait); nothing was changed: compact it again once that one is done, "
-                "or with a longer --wait"
+                f"{_span(wait)} it was given; nothing was changed: {WAIT_LONGER}"
             )
         if now - said >= CONFIG.interval:
             said = now

@@ -6,12 +6,15 @@ massively, over which its graph misses its recall, is compacted into exact searc
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import shutil
 import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from index.build.writer import index_table
 from index.store import artifact, shardmap, writelog
@@ -227,3 +230,30 @@ def test_a_sharded_table_whose_writes_tie_massively_is_compacted_into_exact_sear
         assert summary["index_fallback"]["recall_at_10"] == lowest < 0.95
         said = re.findall(r"table 'lee': compacted 'lee': .* index flat in place of .*", server.log())
         assert len(said) == 1 and f"recall@10 {lowest} is below --min-recall 0.95" in said[0], said
+
+
+def test_a_background_compaction_that_gives_up_on_the_lock_says_what_the_server_does(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's compaction (a real ``embedding-index compact`` child) that waited in vain for another one's lock
+    logged the command's advice, "or with a longer --wait", an option the server has no setting for. It says that
+    the server tries the table again, and when, and what its operator can do: end the other compaction if it
+    hangs."""
+    from index.build.compact import locked
+    from service import compacting
+
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    with writelog.appending(writelog.log_path(data, "lee")) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    monkeypatch.setattr(compacting, "WAIT_SECONDS", 0.5)
+    with caplog.at_level(logging.INFO, logger="service.compacting"), locked(data, "lee"):
+        assert not compacting.AutoCompaction(data, 1, 0)._compact("lee")
+    [said] = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]
+    assert said == (
+        "table 'lee': compaction failed (embedding-index: error: table 'lee' not compacted: another compaction of it "
+        f"(process {os.getpid()}) held its lock for the 0.5s it was given; nothing was changed); it keeps its version "
+        "and its log, and is tried again in 60s: end that compaction if it hangs"
+    ), said
+    assert artifact.read_manifest(data / "lee").get("log_sequence") is None

@@ -849,7 +849,7 @@ def test_compact_waits_for_another_compaction_at_most_its_wait(
     )
     assert lines[-1] == (
         f"embedding-index: error: table 'lee' not compacted: another compaction of it ({holder}) held its lock for "
-        "the 1s it was given (--wait); nothing was changed: compact it again once that one is done, or with a longer "
+        "the 1s it was given; nothing was changed: compact it again once that one is done, or with a longer "
         "--wait"
     ), lines
     assert artifact.read_manifest(data / "lee") == manifest and path.read_bytes() == log
@@ -989,7 +989,7 @@ def test_compact_names_the_process_that_holds_the_lock_when_it_says_so(
 @pytest.mark.parametrize(
     ("wait", "first", "given"),
     [
-        ("0.4", "waiting for it, 0.4s at most (--wait) ...", "held its lock for the 0.4s it was given (--wait)"),
+        ("0.4", "waiting for it, 0.4s at most (--wait) ...", "held its lock for the 0.4s it was given"),
         ("0", None, "holds its lock, and --wait 0 does not wait for it"),
     ],
 )

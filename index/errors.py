@@ -9,6 +9,10 @@ from typing import Any
 
 SHOWN_CHARS = 60  # of a client's value or name quoted in a message (a whole body may be one name)
 
+# What a compaction that waited in vain for another's lock says to do, in its command's words (compact --wait); a
+# server's background compaction (service.compacting) says what the server does instead.
+WAIT_LONGER = "compact it again once that one is done, or with a longer --wait"
+
 
 def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
     """``text``, or its start and "..." when longer than ``limit`` characters."""

@@ -8,7 +8,8 @@ CPU priority, one table at a time; writes go on meanwhile. A sharded table's wri
 directory holds the table (and so those logs) compacts it, every shard at once, as the command does. Once the
 new version is published the server is sent SIGHUP and reloads it (``service.reload``), as after a deferred
 index build. A failed compaction is logged; the table keeps its version and its log, and is tried again after
-``EMBEDDING_COMPACT_SECONDS`` (at least a minute).
+``EMBEDDING_COMPACT_SECONDS`` (at least a minute). Each is counted in ``/metrics`` by table and outcome, with the time
+of each table's last success (``service.http.metrics``).
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from index.engine.door import manifest_is_sharded
+from index.errors import WAIT_LONGER
 from index.store import artifact, writelog
+from service.http.metrics import count_compaction
 from service.logs import cannot_look, said_once
 
 log = logging.getLogger("service.compacting")
 CHILD_NICE = 10
 CHECK_SECONDS = 1.0
 RETRY_SECONDS = 60.0
+WAIT_SECONDS = 600.0  # for another compaction of the table (one run by hand) to end: the command's default
 
 
 @dataclass
@@ -57,6 +61,11 @@ class AutoCompaction:
         self._child: subprocess.Popen[str] | None = None
         self._thread = threading.Thread(target=self._run, name="compaction", daemon=True)
 
+    @property
+    def retry_seconds(self) -> float:
+        """How long after its failed compaction a table is compacted again."""
+        return max(RETRY_SECONDS, self.seconds)
+
     def start(self) -> None:
         self._thread.start()
 
@@ -80,7 +89,9 @@ class AutoCompaction:
             for name in due:
                 if self._stop.is_set():
                     return
-                if self._compact(name):
+                compacted = self._compact(name)
+                count_compaction(name, compacted)
+                if compacted:
                     for key in [key for key in self.pending if key == name or key.startswith(f"{name}/")]:
                         del self.pending[key]
                     self.failed.pop(name, None)
@@ -139,7 +150,7 @@ class AutoCompaction:
             since = min(state.since for state in states if state.documents)
             now = time.monotonic()
             failed_at = self.failed.get(name, 0.0)
-            if failed_at and now - failed_at < max(RETRY_SECONDS, self.seconds):
+            if failed_at and now - failed_at < self.retry_seconds:
                 continue
             if (self.rows and documents >= self.rows) or (self.seconds and now - since >= self.seconds):
                 out.append(name)
@@ -165,7 +176,7 @@ class AutoCompaction:
 
     def _compact(self, name: str) -> bool:
         command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "compact", name]
-        command += ["--data-dir", str(self.data_dir)]
+        command += ["--data-dir", str(self.data_dir), "--wait", f"{WAIT_SECONDS:g}"]
         documents = sum(state.documents for key, state in self.pending.items() if key.split("/")[0] == name)
         log.info("table %r: compacting %d written or deleted documents into its next version", name, documents)
         try:
@@ -176,7 +187,10 @@ class AutoCompaction:
         output = child.communicate()[0]
         if child.returncode != 0:
             last = output.strip().splitlines()[-1] if output.strip() else f"exit {child.returncode}"
-            log.error("table %r: compaction failed (%s); it keeps its version and its log", name, last)
+            then = f"it keeps its version and its log, and is tried again in {self.retry_seconds:g}s"
+            if last.endswith(f": {WAIT_LONGER}"):  # the command's advice; the server tries again by itself
+                last, then = last.removesuffix(f": {WAIT_LONGER}"), f"{then}: end that compaction if it hangs"
+            log.error("table %r: compaction failed (%s); %s", name, last, then)
             return False
         log.info("table %r: %s", name, output.strip().splitlines()[-1])
         return True

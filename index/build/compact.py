@@ -31,7 +31,7 @@ from index.build.writer import build_table
 from index.engine.delta import Delta
 from index.engine.keyword import for_documents
 from index.engine.table import Table
-from index.errors import ArtifactError, InvalidQuery
+from index.errors import WAIT_LONGER, ArtifactError, InvalidQuery
 from index.progress import CONFIG, Progress, duration, note
 from index.store import artifact, writelog
 from index.store.payload import KIND, payload_files
@@ -99,7 +99,12 @@ def _lock(fd: int) -> bool:
 
 def _wait_for(fd: int, name: str, wait: float) -> None:
     """The compaction lock open as ``fd`` taken once the process holding it lets it go, within ``wait`` seconds."""
-    bound = f"{duration(wait)} at most (--wait)"
+    if not wait:
+        raise ArtifactError(
+            f"table {name!r} not compacted: another compaction of it{_holder(fd)} holds its lock, and --wait 0 does "
+            f"not wait for it; nothing was changed: {WAIT_LONGER}"
+        )
+    bound = f"{_span(wait)} at most (--wait)"
     note(f"table {name!r} is being compacted by another process{_holder(fd)}; waiting for it, {bound} ...")
     started = said = time.monotonic()
     while not _lock(fd):
@@ -107,14 +112,18 @@ def _wait_for(fd: int, name: str, wait: float) -> None:
         if now - started >= wait:
             raise ArtifactError(
                 f"table {name!r} not compacted: another compaction of it{_holder(fd)} held its lock for the "
-                f"{duration(wait)} it was given (--wait); nothing was changed: compact it again once that one is done, "
-                "or with a longer --wait"
+                f"{_span(wait)} it was given; nothing was changed: {WAIT_LONGER}"
             )
         if now - said >= CONFIG.interval:
             said = now
             other = f"{name!r}{_holder(fd)}"
             note(f"still waiting for the other compaction of {other}: {duration(now - started)} of {bound} ...")
         time.sleep(min(POLL_SECONDS, max(0.0, started + wait - now)))
+
+
+def _span(seconds: float) -> str:
+    """A ``--wait`` as said: under a second as such (``0.4s``), else as a duration (``10m00s``)."""
+    return f"{seconds:.2g}s" if seconds < 1 else duration(seconds)
 
 
 def _holder(fd: int) -> str:

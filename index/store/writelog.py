@@ -16,9 +16,10 @@ naming the bytes lost; a bad frame with good frames after it is corruption in th
 whole, checksummed frame out of sequence, even last, by every reader alike (it may hold a write acknowledged to
 another copy of the log). A whole, checksummed frame whose payload is no JSON object holds no write (a server
 writes JSON objects): it is damage as a torn frame is, a tail when no good frame follows it, which the load's
-check, a compaction's cut and a writer cut, and the readers that cut nothing leave unread. The log is locked while
-its frames are checked (their payloads not parsed, but for the last ones) and such a tail is cut, not while its
-records are parsed and applied, so that another process's write waits for the check alone.
+check, a compaction's cut and a writer cut, and the readers that cut nothing leave unread. A record whose ``op``
+is no write this release knows (a newer release's log) is refused as damage in the middle is, last or not. The log
+is locked while its frames are checked (their payloads not parsed, but for the last ones) and such a tail is cut,
+not while its records are parsed and applied, so that another process's write waits for the check alone.
 
 A compaction cuts the log (:func:`cut`): the records its new version holds are dropped, the later ones move to a
 new file renamed over the log. The file it replaced stays as ``.<name>.log.previous`` until the next cut, so a
@@ -349,7 +350,7 @@ def scan(
         at = parsed.end
         if base:
             parsed = Record(parsed.seq, parsed.offset + base, parsed.end + base, parsed.body)
-        _check_owner(parsed, log)
+        _check_record(parsed, log, body)
         records.append(parsed)
         previous = parsed.seq
     return records, at, None
@@ -390,15 +391,29 @@ def _whole_records(
     records: list[Record] = []
     at = 0
     while not isinstance(parsed := _parse(data, at, previous, base, body), str):
-        _check_owner(parsed, log)
+        _check_record(parsed, log, body)
         records.append(parsed)
         previous, at = parsed.seq, parsed.end - base
     return records, at
 
 
-def _check_owner(record: Record, log: str | None) -> None:
+OPS = ("upsert", "delete")  # the writes a record holds
+
+
+def _check_record(record: Record, log: str | None, body: bool = True) -> None:
     """The log ``record`` names taken off its body; :class:`LogMismatch` when that is another than ``log`` (a
-    record written before records named their log names none, and fits any)."""
+    record written before records named their log names none, and fits any), and :class:`LogCorrupt` when its
+    ``op`` is none of :data:`OPS`: replaying past it would lose its write without a word. Without ``body`` (the
+    frame alone checked) nothing is."""
+    if not body:
+        return
+    op = record.body.get("op")
+    if op not in OPS:
+        raise LogCorrupt(
+            f"record at byte {record.offset} (sequence {record.seq}) holds op {repr(op)[:40]}, which this release "
+            f"does not write ({', '.join(OPS)}): it was written by a newer release, or damaged; serve the table "
+            "with that release, or move the log aside to serve this version without its writes"
+        )
     written = record.body.pop("table", log)
     if log is not None and written != log:
         raise LogMismatch(

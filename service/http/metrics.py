@@ -1,7 +1,7 @@
 """Prometheus metrics: requests and latency per route template and table, the requests the HTTP protocol refused
 before the app (``service.http.protocol``), the shard replicas a sharded table's front found failing
-(``service.scatter``), time spent in the query engine, and the engine calls holding or awaiting a worker thread's
-slot.
+(``service.scatter``), time spent in the query engine, the engine calls holding or awaiting a worker thread's
+slot, and the background compactions (``service.compacting``).
 
 Each app has its own registry (tests build many apps in one process). With several worker processes set
 ``PROMETHEUS_MULTIPROC_DIR`` (``embedding-serve --workers N`` does) and ``/metrics`` aggregates every worker.
@@ -129,9 +129,35 @@ def _kept_in_memory(filename: str, exc: OSError) -> None:
 setattr(values, "MmapedDict", AllocatedFile)  # noqa: B010  # the class prometheus_client makes its metric files with
 
 
+# The server's background compactions (``service.compacting``), counted by the process that runs them: the server,
+# or the supervisor of its workers (in its own file of ``PROMETHEUS_MULTIPROC_DIR``); in every app's registry.
+COMPACTIONS = Counter(
+    "embedding_compactions",
+    "Background compactions of a documents table by table and outcome (compacted, or failed: the table keeps its "
+    "version and its log, and is tried again)",
+    ("table", "outcome"),
+    registry=None,
+)
+LAST_COMPACTED = Gauge(
+    "embedding_compaction_last_success_timestamp_seconds",
+    "Unix time of a documents table's last background compaction that succeeded",
+    ("table",),
+    multiprocess_mode="max",
+    registry=None,
+)
+
+
+def count_compaction(table: str, compacted: bool) -> None:
+    COMPACTIONS.labels(table, "compacted" if compacted else "failed").inc()
+    if compacted:
+        LAST_COMPACTED.labels(table).set(time.time())
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(COMPACTIONS)
+        self.registry.register(LAST_COMPACTED)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._request_children: dict[tuple[str, str, str, int], tuple[Any, Any]] = {}
         self.requests = Counter(

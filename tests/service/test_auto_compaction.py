@@ -6,11 +6,15 @@ massively, over which its graph misses its recall, is compacted into exact searc
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from index.build.writer import index_table
 from index.store import artifact, shardmap, writelog
@@ -20,6 +24,7 @@ from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.logs import recovered
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, lee_copy
+from tests.service.scraped import scrape
 from tests.service.test_live_search import HEADERS, KEY
 from tests.vectors import unit
 
@@ -64,6 +69,51 @@ def test_a_table_is_compacted_when_its_writes_reach_the_setting(
         found = real_server.HTTP.post(f"{url}/search", json={"text": "zebracrossing", "mode": "keyword", "k": 10})
         assert sorted(hit["id"] for hit in found.json()["hits"]) == [f"auto/{i}" for i in range(7)]
         assert "compacting 7 written or deleted documents" in server.log()
+
+
+def compactions(base: str) -> dict[tuple[str, ...], float]:
+    """The compaction series of ``/metrics``: (name, table, outcome) of the counter, (name, table) of the gauge."""
+    series = scrape(base)[0]
+    return {
+        (name, *(dict(labels)[label] for label in ("table", "outcome") if label in dict(labels))): count
+        for (name, labels), count in series.items()
+        if name.startswith("embedding_compaction")
+    }
+
+
+def test_a_failed_compaction_and_the_next_that_succeeds_are_counted_in_the_metrics(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """A failed background compaction was one ERROR line in the log, tried again a minute later, and counted nowhere:
+    a dashboard could not see a table whose log only grows. ``/metrics`` counts the compactions by table and outcome
+    and gives the time of each table's last success; a server with two workers, whose supervisor compacts."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": "6"}
+    with real_server.running(data, tmp_path / "serve.log", "--workers", "2", env=env) as server:
+        url = f"{server.base}/v1/tables/lee"
+        assert compactions(server.base) == {}
+        for first in range(0, len(lee_docs.ids), 100):  # every document deleted: not compacted
+            body = {"ids": lee_docs.ids[first : first + 100]}
+            answer = real_server.HTTP.post(f"{url}/documents/delete", json=body, headers=HEADERS)
+            assert answer.status_code == 200, answer.text
+        failed = ("embedding_compactions_total", "lee", "failed")
+        real_server.wait_for(lambda: failed in compactions(server.base), seconds=SECONDS, what="the failure counted")
+        assert compactions(server.base) == {failed: 1.0}
+        assert "every one of its documents is deleted" in server.log()
+        before = time.time()
+        doc = {"id": "auto/0", "text": "zebracrossing", "vector": lee_docs.vectors[0].tolist()}
+        answer = real_server.HTTP.post(f"{url}/documents", json={"documents": [doc]}, headers=HEADERS)
+        assert answer.status_code == 200, answer.text
+        compacted = ("embedding_compactions_total", "lee", "compacted")
+        # tried again a minute after its failure (service.compacting.RETRY_SECONDS)
+        real_server.wait_for(lambda: compacted in compactions(server.base), seconds=SECONDS, what="the next counted")
+        counted = compactions(server.base)
+        last = counted.pop(("embedding_compaction_last_success_timestamp_seconds", "lee"))
+        assert counted == {failed: 1.0, compacted: 1.0}
+        assert before <= last <= time.time()
+        real_server.wait_for(lambda: real_server.HTTP.get(url).json()["rows"] == 1, what="the compacted version")
 
 
 def test_a_sharded_table_is_compacted_when_its_shards_writes_reach_the_setting(
@@ -182,3 +232,30 @@ def test_a_sharded_table_whose_writes_tie_massively_is_compacted_into_exact_sear
         assert summary["index_fallback"]["recall_at_10"] == lowest < 0.95
         said = re.findall(r"table 'lee': compacted 'lee': .* index flat in place of .*", server.log())
         assert len(said) == 1 and f"recall@10 {lowest} is below --min-recall 0.95" in said[0], said
+
+
+def test_a_background_compaction_that_gives_up_on_the_lock_says_what_the_server_does(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's compaction (a real ``embedding-index compact`` child) that waited in vain for another one's lock
+    logged the command's advice, "or with a longer --wait", an option the server has no setting for. It says that
+    the server tries the table again, and when, and what its operator can do: end the other compaction if it
+    hangs."""
+    from index.build.compact import locked
+    from service import compacting
+
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    with writelog.appending(writelog.log_path(data, "lee")) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    monkeypatch.setattr(compacting, "WAIT_SECONDS", 0.5)
+    with caplog.at_level(logging.INFO, logger="service.compacting"), locked(data, "lee"):
+        assert not compacting.AutoCompaction(data, 1, 0)._compact("lee")
+    [said] = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]
+    assert said == (
+        "table 'lee': compaction failed (embedding-index: error: table 'lee' not compacted: another compaction of it "
+        f"(process {os.getpid()}) held its lock for the 0.5s it was given; nothing was changed); it keeps its version "
+        "and its log, and is tried again in 60s: end that compaction if it hangs"
+    ), said
+    assert artifact.read_manifest(data / "lee").get("log_sequence") is None

@@ -849,7 +849,7 @@ def test_compact_waits_for_another_compaction_at_most_its_wait(
     )
     assert lines[-1] == (
         f"embedding-index: error: table 'lee' not compacted: another compaction of it ({holder}) held its lock for "
-        "the 1s it was given (--wait); nothing was changed: compact it again once that one is done, or with a longer "
+        "the 1s it was given; nothing was changed: compact it again once that one is done, or with a longer "
         "--wait"
     ), lines
     assert artifact.read_manifest(data / "lee") == manifest and path.read_bytes() == log
@@ -984,3 +984,52 @@ def test_compact_names_the_process_that_holds_the_lock_when_it_says_so(
     assert lines[-1].startswith(
         "embedding-index: error: table 'lee' not compacted: another compaction of it (process 4242) held its lock"
     ), lines
+
+
+@pytest.mark.parametrize(
+    ("wait", "first", "given"),
+    [
+        ("0.4", "waiting for it, 0.4s at most (--wait) ...", "held its lock for the 0.4s it was given"),
+        ("0", None, "holds its lock, and --wait 0 does not wait for it"),
+    ],
+)
+def test_compact_says_a_wait_under_a_second_and_no_wait_as_such(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, wait: str, first: str | None, given: str
+) -> None:
+    """``compact --wait 0.4`` said it waited "0s"; ``--wait 0`` said "waiting for it, 0s at most" and failed at
+    once. A wait under a second is said as such, and ``--wait 0`` says it does not wait."""
+    from index.build.compact import locked
+
+    data, path = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
+    log = path.read_bytes()
+    with locked(data, "lee"):
+        done = run_cli("compact", "lee", "--data-dir", data, "--wait", wait, quiet=False)
+    holder, lines = f"process {os.getpid()}", done.err.splitlines()
+    assert done.code == 1, done
+    if first is None:
+        assert not any("waiting" in line for line in lines), lines
+    else:
+        assert lines[0].endswith(f"({holder}); {first}"), lines
+    assert lines[-1] == (
+        f"embedding-index: error: table 'lee' not compacted: another compaction of it ({holder}) {given}; nothing "
+        "was changed: compact it again once that one is done, or with a longer --wait"
+    ), lines
+    assert path.read_bytes() == log
+
+
+def test_verify_and_compact_refuse_a_log_holding_an_op_no_server_writes(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """A write of an op this release does not know (a newer release's log) was skipped by the replay, and a
+    compaction then cut the log, losing it. Both refuse the table naming the log, the record and the op; nothing
+    is cut."""
+    data, path = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
+    with writelog.appending(path) as log:
+        odd = log.append(2, {"op": "merge", "ids": [lee_docs.ids[2]]})
+    before, manifest = path.read_bytes(), artifact.read_manifest(data / "lee")
+    said = f"record at byte {odd.offset} (sequence 2) holds op 'merge', which this release does not write"
+    checked = run_cli("verify", "lee", "--data-dir", data)
+    assert checked.code == 1 and "its write log lee.log would refuse it: " + said in checked.err, checked
+    done = run_cli("compact", "lee", "--data-dir", data)
+    assert done.code == 1 and said in done.err, done
+    assert path.read_bytes() == before and artifact.read_manifest(data / "lee") == manifest

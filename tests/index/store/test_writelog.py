@@ -753,7 +753,9 @@ def test_a_payload_orjson_refuses_reads_as_before(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not JSON compliant"):
         writelog.frame(1, {"op": "upsert", "documents": [{"id": "a", "vector": [math.nan]}]})
     path = tmp_path / "t.log"
-    path.write_bytes(raw_frame(1, b'{"op":"delete","ids":["\\ud800"]}') + raw_frame(2, b'{"x":NaN}'))
+    path.write_bytes(
+        raw_frame(1, b'{"op":"delete","ids":["\\ud800"]}') + raw_frame(2, b'{"op":"delete","ids":[],"x":NaN}')
+    )
     first, second = read_only(path)
     assert first.body == {"op": "delete", "ids": ["\ud800"]}
     assert math.isnan(second.body["x"])
@@ -786,3 +788,30 @@ def test_reading_a_log_in_pieces_holds_a_piece_not_the_log(tmp_path: Path, monke
     assert peaks["whole"][1] > 3 * peaks["whole"][0], peaks  # the measure sees a log held whole
     assert peaks["pieces"][1] < 1.5 * peaks["pieces"][0], peaks
     assert peaks["cut"][1] < 1.5 * peaks["cut"][0], peaks
+
+
+@pytest.mark.parametrize("last", [True, False])
+def test_a_record_of_an_op_no_server_writes_refuses_the_log(tmp_path: Path, last: bool) -> None:
+    """A whole, checksummed record whose ``op`` is neither ``upsert`` nor ``delete`` (a log written by a newer
+    release, or damage that kept its checksum) was skipped by the replay: the write it holds was lost without a
+    word. Every reader refuses the log, naming the record and its op, and cuts nothing, last or not."""
+    path = tmp_path / "t.log"
+    records = write(path, 2)
+    with writelog.appending(path) as log:
+        odd = log.append(3, {"op": "merge", "ids": ["gpl-0"]})
+    if not last:
+        write(path, 1, first=4)
+    before = path.read_bytes()
+    message = (
+        f"record at byte {odd.offset} (sequence 3) holds op 'merge', which this release does not write (upsert, "
+        "delete): it was written by a newer release, or damaged; serve the table with that release, or move the "
+        "log aside to serve this version without its writes"
+    )
+    with pytest.raises(writelog.LogCorrupt) as refused:
+        recovered(path)
+    assert str(refused.value) == message
+    with pytest.raises(writelog.LogCorrupt, match="holds op 'merge'"):
+        writelog.read_new(path, records[-1].end, 2, path.stat().st_ino)
+    with pytest.raises(writelog.LogCorrupt, match="holds op 'merge'"):
+        list(writelog.read_pieces(path))
+    assert path.read_bytes() == before

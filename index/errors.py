@@ -12,6 +12,7 @@ SHOWN_CHARS = 60  # of a client's value or name quoted in a message (a whole bod
 # What a compaction that waited in vain for another's lock says to do, in its command's words (compact --wait); a
 # server's background compaction (service.compacting) says what the server does instead.
 WAIT_LONGER = "compact it again once that one is done, or with a longer --wait"
+EVERY_DOCUMENT_DELETED = "every one of its documents is deleted"  # a compaction's refusal until the next write
 
 
 def clipped(text: str, limit: int = SHOWN_CHARS) -> str:

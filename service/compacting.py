@@ -8,7 +8,10 @@ CPU priority, one table at a time; writes go on meanwhile. A sharded table's wri
 directory holds the table (and so those logs) compacts it, every shard at once, as the command does. Once the
 new version is published the server is sent SIGHUP and reloads it (``service.reload``), as after a deferred
 index build. A failed compaction is logged; the table keeps its version and its log, and is tried again after
-``EMBEDDING_COMPACT_SECONDS`` (at least a minute). Each is counted in ``/metrics`` by table and outcome, with the time
+``EMBEDDING_COMPACT_SECONDS`` (a minute when that is off), twice as long after each failure in a row up to an hour
+(or that setting, when longer), until one succeeds. A table refused because every one of its documents is deleted
+is refused so until it is written to again: it is tried again after its next write only, and said as a warning.
+Each is counted in ``/metrics`` by table and outcome, with the time
 of each table's last success (``service.http.metrics``).
 """
 
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from index.engine.door import manifest_is_sharded
-from index.errors import WAIT_LONGER
+from index.errors import EVERY_DOCUMENT_DELETED, WAIT_LONGER
 from index.store import artifact, writelog
 from service.http.metrics import count_compaction
 from service.logs import cannot_look, said_once
@@ -34,7 +37,8 @@ from service.logs import cannot_look, said_once
 log = logging.getLogger("service.compacting")
 CHILD_NICE = 10
 CHECK_SECONDS = 1.0
-RETRY_SECONDS = 60.0
+RETRY_SECONDS = 60.0  # the first wait after a failure when EMBEDDING_COMPACT_SECONDS is off
+LONGEST_RETRY_SECONDS = 3600.0  # the wait doubles after each failure in a row up to this (or the setting)
 WAIT_SECONDS = 600.0  # for another compaction of the table (one run by hand) to end: the command's default
 
 
@@ -50,21 +54,33 @@ class Pending:
     since: float = 0.0  # when the first of them was seen
 
 
+@dataclass
+class Failed:
+    """A table whose last compactions failed: tried again ``wait`` seconds after the last, or, when ``written`` is
+    set, only once one of its logs holds a write after its ``Pending.last`` there."""
+
+    at: float
+    wait: float
+    written: dict[str, int] | None = None
+
+
 class AutoCompaction:
     def __init__(self, data_dir: Path, rows: int, seconds: float) -> None:
         self.data_dir = Path(data_dir)
         self.rows = rows
         self.seconds = seconds
         self.pending: dict[str, Pending] = {}  # by log: a table's name, or a sharded table's "<name>/<shard>"
-        self.failed: dict[str, float] = {}  # by table: when its last compaction failed
+        self.failed: dict[str, Failed] = {}  # by table: its compactions that failed, in a row
         self._stop = threading.Event()
         self._child: subprocess.Popen[str] | None = None
         self._thread = threading.Thread(target=self._run, name="compaction", daemon=True)
 
-    @property
-    def retry_seconds(self) -> float:
-        """How long after its failed compaction a table is compacted again."""
-        return max(RETRY_SECONDS, self.seconds)
+    def retry_seconds(self, name: str) -> float:
+        """How long after this failure of its compaction table ``name`` is compacted again: the setting's age (a
+        minute when it is off) after a first failure, twice the last wait after each next one, an hour at most."""
+        first = self.seconds or RETRY_SECONDS
+        last = self.failed.get(name)
+        return first if last is None else min(2 * last.wait, max(LONGEST_RETRY_SECONDS, first))
 
     def start(self) -> None:
         self._thread.start()
@@ -89,15 +105,15 @@ class AutoCompaction:
             for name in due:
                 if self._stop.is_set():
                     return
-                compacted = self._compact(name)
-                count_compaction(name, compacted)
-                if compacted:
+                failed = self._compact(name)
+                count_compaction(name, failed is None)
+                if failed is None:
                     for key in [key for key in self.pending if key == name or key.startswith(f"{name}/")]:
                         del self.pending[key]
                     self.failed.pop(name, None)
                     os.kill(os.getpid(), signal.SIGHUP)  # this process: the server, or the supervisor of its workers
                 else:
-                    self.failed[name] = time.monotonic()
+                    self.failed[name] = failed
 
     def logs(self) -> dict[str, list[tuple[str, Path, int]]]:
         """Each table with a write log here: (its key in :attr:`pending`, the log, the last write the version of the
@@ -149,8 +165,11 @@ class AutoCompaction:
                 continue
             since = min(state.since for state in states if state.documents)
             now = time.monotonic()
-            failed_at = self.failed.get(name, 0.0)
-            if failed_at and now - failed_at < self.retry_seconds:
+            failed = self.failed.get(name)
+            if failed is not None and failed.written is not None:
+                if self._written(name) == failed.written:
+                    continue  # not written to since its refusal
+            elif failed is not None and now - failed.at < failed.wait:
                 continue
             if (self.rows and documents >= self.rows) or (self.seconds and now - since >= self.seconds):
                 out.append(name)
@@ -174,23 +193,40 @@ class AutoCompaction:
                 state.documents += touched
         return state
 
-    def _compact(self, name: str) -> bool:
+    def _written(self, name: str) -> dict[str, int]:
+        """The last write read of each of table ``name``'s logs."""
+        return {key: state.last for key, state in self.pending.items() if key.split("/")[0] == name}
+
+    def _compact(self, name: str) -> Failed | None:
+        """Compact table ``name`` in a child process: None when it did, else when to try it again (said in the
+        log)."""
         command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "compact", name]
         command += ["--data-dir", str(self.data_dir), "--wait", f"{WAIT_SECONDS:g}"]
         documents = sum(state.documents for key, state in self.pending.items() if key.split("/")[0] == name)
         log.info("table %r: compacting %d written or deleted documents into its next version", name, documents)
+        wait = self.retry_seconds(name)
+        then = f"it keeps its version and its log, and is tried again in {wait:g}s"
         try:
             self._child = child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         except OSError as exc:
-            log.error("table %r: cannot start the compaction: %s", name, exc)
-            return False
+            log.error("table %r: cannot start the compaction (%s); %s", name, exc, then)
+            return Failed(at=time.monotonic(), wait=wait)
         output = child.communicate()[0]
-        if child.returncode != 0:
-            last = output.strip().splitlines()[-1] if output.strip() else f"exit {child.returncode}"
-            then = f"it keeps its version and its log, and is tried again in {self.retry_seconds:g}s"
-            if last.endswith(f": {WAIT_LONGER}"):  # the command's advice; the server tries again by itself
-                last, then = last.removesuffix(f": {WAIT_LONGER}"), f"{then}: end that compaction if it hangs"
-            log.error("table %r: compaction failed (%s); %s", name, last, then)
-            return False
-        log.info("table %r: %s", name, output.strip().splitlines()[-1])
-        return True
+        failed = Failed(at=time.monotonic(), wait=wait)  # the wait counts from its end, as a lock's wait may be long
+        if child.returncode == 0:
+            log.info("table %r: %s", name, output.strip().splitlines()[-1])
+            return None
+        last = output.strip().splitlines()[-1] if output.strip() else f"exit {child.returncode}"
+        if f"not compacted: {EVERY_DOCUMENT_DELETED}" in last:  # refused so until the table is written to
+            failed.written = self._written(name)
+            log.warning(
+                "table %r: not compacted: %s; it serves on from its version and its writes, and is compacted "
+                "again after its next write (add a document, or remove the table)",
+                name,
+                EVERY_DOCUMENT_DELETED,
+            )
+            return failed
+        if last.endswith(f": {WAIT_LONGER}"):  # the command's advice; the server tries again by itself
+            last, then = last.removesuffix(f": {WAIT_LONGER}"), f"{then}: end that compaction if it hangs"
+        log.error("table %r: compaction failed (%s); %s", name, last, then)
+        return failed

@@ -31,7 +31,7 @@ from index.build.writer import build_table
 from index.engine.delta import Delta
 from index.engine.keyword import for_documents
 from index.engine.table import Table
-from index.errors import WAIT_LONGER, ArtifactError, InvalidQuery
+from index.errors import EVERY_DOCUMENT_DELETED, WAIT_LONGER, ArtifactError, InvalidQuery
 from index.progress import CONFIG, Progress, duration, note
 from index.store import artifact, writelog
 from index.store.payload import KIND, payload_files
@@ -245,7 +245,7 @@ def all_deleted(name: str, logs: str) -> InvalidQuery:
     """The refusal of a compaction that would leave table ``name`` without a document (a table holds at least one):
     it serves on from its version and ``logs``."""
     return InvalidQuery(
-        f"table {name!r} not compacted: every one of its documents is deleted; it serves on from its version and "
+        f"table {name!r} not compacted: {EVERY_DOCUMENT_DELETED}; it serves on from its version and "
         f"{logs} (compact it once a document is added, or remove it)"
     )
 

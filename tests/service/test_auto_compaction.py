@@ -6,11 +6,13 @@ massively, over which its graph misses its recall, is compacted into exact searc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
 import time
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -86,11 +88,15 @@ def test_a_failed_compaction_and_the_next_that_succeeds_are_counted_in_the_metri
 ) -> None:
     """A failed background compaction was one ERROR line in the log, tried again a minute later, and counted nowhere:
     a dashboard could not see a table whose log only grows. ``/metrics`` counts the compactions by table and outcome
-    and gives the time of each table's last success; a server with two workers, whose supervisor compacts."""
+    and gives the time of each table's last success; a server with two workers, whose supervisor compacts.
+
+    The failure is a table whose every document is deleted, refused until it is written to: it was an ERROR line
+    and a compaction every minute, all day. It is one warning that says what to do, and no other attempt until
+    the next write (over 5 s, ten times the first wait after a failure here), which is compacted at once."""
     data = tmp_path / "data"
     data.mkdir()
     shutil.copytree(lee_data_dir / "lee", data / "lee")
-    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": "6"}
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": "6", "EMBEDDING_COMPACT_SECONDS": "0.5"}
     with real_server.running(data, tmp_path / "serve.log", "--workers", "2", env=env) as server:
         url = f"{server.base}/v1/tables/lee"
         assert compactions(server.base) == {}
@@ -101,13 +107,22 @@ def test_a_failed_compaction_and_the_next_that_succeeds_are_counted_in_the_metri
         failed = ("embedding_compactions_total", "lee", "failed")
         real_server.wait_for(lambda: failed in compactions(server.base), seconds=SECONDS, what="the failure counted")
         assert compactions(server.base) == {failed: 1.0}
-        assert "every one of its documents is deleted" in server.log()
+        time.sleep(5)
+        assert compactions(server.base) == {failed: 1.0}  # not tried again before the next write
+        assert server.log().count("table 'lee': compacting") == 1
+        [said] = re.findall(r"\w+ service\.compacting: table 'lee': not compacted: .*", server.log())
+        assert said == (
+            "WARNING service.compacting: table 'lee': not compacted: every one of its documents is deleted; it serves "
+            "on from its version and its writes, and is compacted again after its next write (add a document, or "
+            "remove the table)"
+        ), said
+        assert " ERROR " not in server.log()
         before = time.time()
         doc = {"id": "auto/0", "text": "zebracrossing", "vector": lee_docs.vectors[0].tolist()}
         answer = real_server.HTTP.post(f"{url}/documents", json={"documents": [doc]}, headers=HEADERS)
         assert answer.status_code == 200, answer.text
         compacted = ("embedding_compactions_total", "lee", "compacted")
-        # tried again a minute after its failure (service.compacting.RETRY_SECONDS)
+        # tried again at the next look after the write
         real_server.wait_for(lambda: compacted in compactions(server.base), seconds=SECONDS, what="the next counted")
         counted = compactions(server.base)
         last = counted.pop(("embedding_compaction_last_success_timestamp_seconds", "lee"))
@@ -251,7 +266,7 @@ def test_a_background_compaction_that_gives_up_on_the_lock_says_what_the_server_
         log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
     monkeypatch.setattr(compacting, "WAIT_SECONDS", 0.5)
     with caplog.at_level(logging.INFO, logger="service.compacting"), locked(data, "lee"):
-        assert not compacting.AutoCompaction(data, 1, 0)._compact("lee")
+        assert compacting.AutoCompaction(data, 1, 0)._compact("lee") is not None
     [said] = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]
     assert said == (
         "table 'lee': compaction failed (embedding-index: error: table 'lee' not compacted: another compaction of it "
@@ -259,3 +274,53 @@ def test_a_background_compaction_that_gives_up_on_the_lock_says_what_the_server_
         "and its log, and is tried again in 60s: end that compaction if it hangs"
     ), said
     assert artifact.read_manifest(data / "lee").get("log_sequence") is None
+
+
+def test_a_compaction_that_keeps_failing_is_tried_again_later_each_time_until_its_cause_is_removed(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """A background compaction that failed for a cause that lasts (here a write log made immutable, which the
+    compaction cannot cut) was tried again every minute, for ever. After each failure in a row the server waits
+    twice as long (from ``EMBEDDING_COMPACT_SECONDS``, 0.5 s here, up to an hour), says so in the ERROR line, and
+    keeps to it; once the cause is removed, the next attempt compacts the table."""
+    from tests.service.test_write_durability import immutable
+
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    with writelog.appending(path) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": "1", "EMBEDDING_COMPACT_SECONDS": "0.5"}
+    failed = ("embedding_compactions_total", "lee", "failed")
+    with contextlib.ExitStack() as cause:
+        cause.enter_context(immutable(path))
+        with real_server.running(data, tmp_path / "serve.log", env=env) as server:
+
+            def failures() -> float:
+                return compactions(server.base).get(failed, 0.0)
+
+            real_server.wait_for(lambda: failures() == 4, seconds=SECONDS, what="four failures")
+            cause.close()  # the log writable again: the fifth attempt, 8 s after the fourth, succeeds
+            starts = re.findall(r"^(\S+ \S+) INFO service\.compacting: table 'lee': compacting", server.log(), re.M)
+            ends = re.findall(
+                r"^(\S+ \S+) ERROR service\.compacting: table 'lee': compaction failed \(.*not permitted.*\); "
+                r"it keeps its version and its log, and is tried again in ([\d.]+)s$",
+                server.log(),
+                re.M,
+            )
+            assert [float(wait) for _, wait in ends] == [0.5, 1, 2, 4], ends
+            for (end, wait), start in zip(ends, starts[1:], strict=False):
+                assert seconds_between(end, start) >= float(wait) - 0.01, (end, wait, start)
+            compacted = ("embedding_compactions_total", "lee", "compacted")
+            real_server.wait_for(lambda: compacted in compactions(server.base), seconds=SECONDS, what="the success")
+            assert failures() == 4
+            assert artifact.read_manifest(data / "lee")["log_sequence"] == 1
+            url = f"{server.base}/v1/tables/lee"
+            real_server.wait_for(lambda: real_server.HTTP.get(url).json()["rows"] == 299, what="the compacted version")
+
+
+def seconds_between(earlier: str, later: str) -> float:
+    """The seconds from one log line's time (``2026-12-07 12:18:49,123``) to another's."""
+    stamps = [datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f") for stamp in (earlier, later)]
+    return (stamps[1] - stamps[0]).total_seconds()

@@ -189,7 +189,8 @@ class Settings(BaseSettings):
         ge=0,
         le=YEAR_SECONDS,
         description="compact a documents table in the background once its oldest write since its version is this "
-        "many seconds old (at most a year); 0: not by age",
+        "many seconds old (at most a year); 0: not by age. Also the first wait before a failed compaction is tried "
+        "again (a minute when 0), doubled after each failure in a row up to an hour",
     )
     verify_checksums: bool = Field(True, description="check every table file's sha256 against its manifest on load")
     build_deferred: bool = Field(

@@ -324,3 +324,24 @@ def seconds_between(earlier: str, later: str) -> float:
     """The seconds from one log line's time (``2026-12-07 12:18:49,123``) to another's."""
     stamps = [datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f") for stamp in (earlier, later)]
     return (stamps[1] - stamps[0]).total_seconds()
+
+
+def test_the_wait_after_failures_in_a_row_doubles_up_to_an_hour() -> None:
+    """The waits a failure that lasts gets, as the server's line says them: from ``EMBEDDING_COMPACT_SECONDS`` (a
+    minute when it is off), doubled up to an hour, or the setting when it is longer; a success starts again."""
+    from service import compacting
+
+    def waits(seconds: float, count: int) -> list[float]:
+        auto = compacting.AutoCompaction(Path("."), rows=1, seconds=seconds)
+        out = []
+        for _ in range(count):
+            wait = auto.retry_seconds("lee")
+            auto.failed["lee"] = compacting.Failed(at=time.monotonic(), wait=wait)
+            out.append(wait)
+        auto.failed.pop("lee")  # a success
+        assert auto.retry_seconds("lee") == out[0]
+        return out
+
+    assert waits(0, 9) == [60, 120, 240, 480, 960, 1920, 3600, 3600, 3600]
+    assert waits(0.5, 4) == [0.5, 1, 2, 4]
+    assert waits(7200, 3) == [7200, 7200, 7200]

@@ -26,11 +26,12 @@ from index.build.index_choice import (
 )
 from index.build.sources import RawTable
 from index.build.writer import index_table
+from index.engine.shards import ShardedTable
 from index.engine.table import Table
 from index.errors import InvalidQuery
-from index.store import artifact, writelog
+from index.store import artifact, shardmap, writelog
 from tests.cli import run_cli
-from tests.lee import Lee
+from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.logs import recovered
 from tests.vectors import unit
 
@@ -235,3 +236,28 @@ def test_an_index_the_rows_cannot_build_is_refused_outside_a_compaction(lee_data
     shutil.copytree(lee_data_dir / "lee", tmp_path / "lee")
     done = run_cli("index", "lee", "--index", "ivf:nlist=400", "--data-dir", tmp_path)
     assert done.code != 0 and "nlist 400 is more than the 300 rows" in done.err
+
+
+def test_a_sharded_compaction_s_line_names_the_shard_whose_index_its_rows_cannot_build(
+    lee_docs: Lee, tmp_path: Path
+) -> None:
+    """Lee as 3 shards indexed ``ivf:nlist=60``; deletes take shard 1 below 60 rows, the others keep theirs. The
+    compaction builds exact search for shard 1 alone, and its line names that, as the table's summary does: it named
+    the first shard's index (none taken instead), ranking a shard that could not build its index (no recall) as one
+    that built it."""
+    source = write_jsonl(tmp_path / "lee.jsonl", jsonl_records(lee_docs))
+    data = tmp_path / "data"
+    spec = "ivf:nlist=60"
+    done = run_cli("import", source, "--name", "lee", "--shards", 3, "--index", spec, "--data-dir", data)
+    assert done.code == 0, done.err
+    owned = [ident for ident in lee_docs.ids if shardmap.shard_of_id(ident, 3) == 1]
+    assert len(owned) > 60
+    with writelog.appending(writelog.table_log(data / "lee" / "shard-001"), sync=False) as log:
+        log.append(1, {"op": "delete", "ids": owned[: len(owned) - 50]})
+    done = run_cli("compact", "lee", "--data-dir", data)
+    assert done.code == 0, done.err
+    shards = [artifact.read_manifest(data / "lee" / shardmap.shard_name(s))["index"] for s in range(3)]
+    assert [("fallback" in shard) for shard in shards] == [False, True, False], shards
+    fallback = ShardedTable.load(data / "lee").summary()["index_fallback"]
+    assert fallback == shards[1]["fallback"] and "nlist 60 is more than the 50 rows" in fallback["unbuildable"]
+    assert done.out.rstrip().endswith(f"; index flat in place of {json.dumps(spec)}: {fallback['unbuildable']}")

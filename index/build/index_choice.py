@@ -33,6 +33,7 @@ choice whenever its build is affordable; an IVF build costs seconds to minutes a
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -606,7 +607,7 @@ def _build_and_measure(vectors: np.ndarray, spec: IndexSpec, min_recall: float, 
         info["recall_at_10_without_rerank"] = round(float(probe.recall(index)), 4)
     info["spec"] = spec.describe()
     if recall < min_recall:
-        why = f"index {spec.describe()} reached recall@10 {recall:.4f}, below --min-recall {min_recall}"
+        why = f"index {json.dumps(spec.describe())} reached recall@10 {recall:.4f}, below --min-recall {min_recall}"
         if spec.kind == "factory" and param is None:
             why += " (a factory string's search parameters are FAISS's defaults; hnsw:... or ivf:... are tuned)"
         if param == "efSearch" and (copied := probe.copied()):

@@ -101,12 +101,15 @@ def test_a_compaction_whose_graph_misses_its_recall_folds_the_log_into_exact_sea
 
 def test_an_import_of_a_graph_that_misses_its_recall_names_the_copies(lee_docs: Lee) -> None:
     """Outside a compaction a spec given by hand that misses ``--min-recall`` is refused, as before, and the refusal
-    says why here: the sampled rows with 10 or more copies."""
+    says why here: the sampled rows with 10 or more copies. It names the index as JSON, as the line of a build that
+    falls back and ``indexed ...`` do (it gave Python's repr)."""
     rows = np.ascontiguousarray(unit(lee_docs.vectors[np.arange(300 + WRITTEN) % 300]).astype(np.float32))
     with pytest.raises(
         InvalidQuery, match=r"below --min-recall 0\.95; 1,000 of the 1,000 sampled rows have 10 or more copies"
-    ):
+    ) as refused:
         build_and_measure(rows, parse_spec(GRAPH, len(rows), rows.shape[1]), min_recall=0.95)
+    index = json.dumps({"kind": "hnsw", "M": 8, "efConstruction": 200, "efSearch": 1024})
+    assert refused.value.message.startswith(f"index {index} reached recall@10 "), refused.value.message
 
 
 def test_auto_falls_back_to_ivf_when_its_graph_misses_the_recall(

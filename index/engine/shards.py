@@ -199,8 +199,8 @@ def merged_summary(name: str, parts: Sequence[dict[str, Any]]) -> dict[str, Any]
       shard's (every shard's, from one import);
     - ``recall_at_10`` the lowest of the shards' (each measured on its own rows when it was built; None if one has
       none), ``built_at`` the latest;
-    - ``metadata_columns`` empty; no ``model``, ``transformer`` or ``index_deferred``; ``index_fallback`` the one of
-      lowest recall among the shards' that have one;
+    - ``metadata_columns`` empty; no ``model``, ``transformer`` or ``index_deferred``; ``index_fallback`` by
+      :func:`furthest_fallback` among the shards' that have one;
     - what a server adds, when the parts carry it: ``approximate`` if any shard's index is, ``has_tokenizer``
       false (a sharded table tokenizes nothing), ``writes`` by :func:`merged_writes`."""
     first = parts[0]

@@ -271,7 +271,7 @@ def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.In
         _fill(index, vectors, spec, seed)
     except RuntimeError as exc:  # FAISS refuses what it cannot train or fill (e.g. more lists than rows)
         what = spec.factory if spec.kind == "factory" else spec.kind
-        raise InvalidQuery(f"FAISS cannot build index {what!r}: {str(exc).splitlines()[0]}") from None
+        raise Unbuildable(f"FAISS cannot build index {what!r}: {str(exc).splitlines()[0]}") from None
     return index
 
 
@@ -393,6 +393,10 @@ def choose_auto(vectors: np.ndarray, budget: float, seed: int = 0) -> tuple[Inde
     why["chosen"] = "ivf"
     note(f"IVF: HNSW would take about {duration(estimate)}, over the budget of {duration(budget)}")
     return ivf, why
+
+
+class Unbuildable(InvalidQuery):
+    """An index FAISS cannot train or fill over the rows given (a factory string's IVF of more lists than rows)."""
 
 
 class BelowRecall(InvalidQuery):

@@ -213,7 +213,7 @@ def test_an_import_whose_auto_graph_misses_the_recall_says_the_index_it_took_ins
     assert done.out.startswith("built 'dup': 100,000 rows x 50 (ivf, ") and done.out.rstrip().endswith(said), done.out
 
 
-@pytest.mark.parametrize("spec", ["ivf:nlist=200", "ivfpq:nlist=8,m=10"])
+@pytest.mark.parametrize("spec", ["ivf:nlist=200", "ivfpq:nlist=8,m=10", "IVF200,Flat"])
 def test_a_compaction_whose_index_its_rows_cannot_build_folds_the_log_into_exact_search(
     lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, spec: str
 ) -> None:
@@ -229,8 +229,12 @@ def test_a_compaction_whose_index_its_rows_cannot_build_folds_the_log_into_exact
     assert manifest["rows"] == 150 and manifest["index"]["exact"] is True and manifest["build"]["index"] == spec
     fallback = manifest["index"]["fallback"]
     assert fallback["index"] == spec and fallback["instead"] == "flat"
-    why = "nlist 200 is more than the 150 rows" if spec.startswith("ivf:") else "150 rows cannot train 256 codes"
-    assert why in fallback["unbuildable"]
+    whys = {
+        "ivf:nlist=200": "nlist 200 is more than the 150 rows",
+        "ivfpq:nlist=8,m=10": "150 rows cannot train 256 codes",
+        "IVF200,Flat": "Number of training points (150) should be at least as large as number of clusters (200)",
+    }  # the last FAISS's alone, refused as it trains: the compaction failed at every try, its log growing
+    assert whys[spec] in fallback["unbuildable"]
     assert done.out.rstrip().endswith(f"; index flat in place of {json.dumps(spec)}: {fallback['unbuildable']}")
     assert recovered(path) == []
 

@@ -170,8 +170,9 @@ def folded(table: Table, delta: Delta) -> tuple[pa.Table, np.ndarray, dict[str, 
 
 def replay(name: str, delta: Delta, path: Path) -> None:
     """The log's writes past the version into ``delta``, as a server replays them at load: a log that does not
-    follow its version (a gap, another schema), or one it could not cut once the new version is published (read
-    only), stops the compaction, naming the table, before anything is folded."""
+    follow its version (a gap, another schema) or that holds a damaged record or an op this release does not write,
+    or one it could not cut once the new version is published (read only), stops the compaction, naming the table,
+    before anything is folded."""
     try:
         writelog.check_writable(path)
     except writelog.LogWriteFailed as exc:
@@ -183,8 +184,8 @@ def replay(name: str, delta: Delta, path: Path) -> None:
     try:
         with Progress(f"replaying {path.name}", size, "bytes") as bar:
             delta.replay_log(path, lambda end: bar.advance(end - bar.done))
-    except writelog.LogMismatch as exc:
-        raise writelog.LogMismatch(f"table {name!r} not compacted (its write log): {exc}") from None
+    except (writelog.LogMismatch, writelog.LogCorrupt) as exc:  # as the load refuses the table, named
+        raise type(exc)(f"table {name!r} not compacted (its write log): {exc}") from None
 
 
 def check_log(directory: Path, path: Path) -> None:

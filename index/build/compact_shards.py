@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from index.build.budget import COMPACT_WAIT_SECONDS
-from index.build.compact import all_deleted, built_as, fell_back, finish, folded, locked, replay, unchanged
+from index.build.compact import all_deleted, built_as, finish, folded, locked, replay, unchanged
 from index.build.documents import Documents
 from index.build.shard import import_sharded
 from index.build.sources import RawTable
@@ -30,7 +30,7 @@ from index.build.writer import build_table
 from index.engine.delta import Delta
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS, Tokenizer
 from index.engine.shard_writes import WholeDelta, owner
-from index.engine.shards import ShardedTable
+from index.engine.shards import ShardedTable, furthest_fallback
 from index.errors import InvalidQuery
 from index.progress import note
 from index.store import artifact, shardmap, writelog
@@ -96,11 +96,10 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
         identity=manifest["shards"].get(shardmap.IMPORT),  # the same import, its shards served on
     )
     kept = finish(data_dir, logs)
-    # The shard whose index fell furthest below the recall, as the table's summary gives its shards' lowest recall
-    shards = [artifact.read_manifest(directory / shard) for shard in table.map.names]
-    lowest = min(shards, key=lambda shard: shard["index"].get("fallback", {}).get("recall_at_10", 2.0))
+    shards = [artifact.read_manifest(directory / shard)["index"] for shard in table.map.names]
+    fallbacks = [index["fallback"] for index in shards if index.get("fallback")]
     done = {"table": name, "log_sequence": sum(sequences), "written": written, "rows": published["rows"]}
-    return {**done, "kept": kept, **fell_back(lowest)}
+    return {**done, "kept": kept, **({"fallback": furthest_fallback(fallbacks)} if fallbacks else {})}
 
 
 def _emptied(parts: list[Delta]) -> list[int]:

@@ -33,6 +33,7 @@ choice whenever its build is affordable; an IVF build costs seconds to minutes a
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -270,7 +271,7 @@ def build_index(vectors: np.ndarray, spec: IndexSpec, seed: int = 0) -> faiss.In
         _fill(index, vectors, spec, seed)
     except RuntimeError as exc:  # FAISS refuses what it cannot train or fill (e.g. more lists than rows)
         what = spec.factory if spec.kind == "factory" else spec.kind
-        raise InvalidQuery(f"FAISS cannot build index {what!r}: {str(exc).splitlines()[0]}") from None
+        raise Unbuildable(f"FAISS cannot build index {what!r}: {str(exc).splitlines()[0]}") from None
     return index
 
 
@@ -392,6 +393,10 @@ def choose_auto(vectors: np.ndarray, budget: float, seed: int = 0) -> tuple[Inde
     why["chosen"] = "ivf"
     note(f"IVF: HNSW would take about {duration(estimate)}, over the budget of {duration(budget)}")
     return ivf, why
+
+
+class Unbuildable(InvalidQuery):
+    """An index FAISS cannot train or fill over the rows given (a factory string's IVF of more lists than rows)."""
 
 
 class BelowRecall(InvalidQuery):
@@ -606,7 +611,7 @@ def _build_and_measure(vectors: np.ndarray, spec: IndexSpec, min_recall: float, 
         info["recall_at_10_without_rerank"] = round(float(probe.recall(index)), 4)
     info["spec"] = spec.describe()
     if recall < min_recall:
-        why = f"index {spec.describe()} reached recall@10 {recall:.4f}, below --min-recall {min_recall}"
+        why = f"index {json.dumps(spec.describe())} reached recall@10 {recall:.4f}, below --min-recall {min_recall}"
         if spec.kind == "factory" and param is None:
             why += " (a factory string's search parameters are FAISS's defaults; hnsw:... or ivf:... are tuned)"
         if param == "efSearch" and (copied := probe.copied()):

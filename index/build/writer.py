@@ -16,7 +16,7 @@ import numpy as np
 
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.clean import clean
-from index.build.index_choice import IndexSpec, build_and_measure, check_spec, fallback_spec, parse_spec
+from index.build.index_choice import IndexSpec, Unbuildable, build_and_measure, check_spec, fallback_spec, parse_spec
 from index.build.sources import RawTable
 from index.errors import ArtifactError, InvalidQuery, counted
 from index.progress import Progress, duration, note
@@ -76,9 +76,14 @@ def _spec(index_spec: str, rows: int, dim: int, fallback: bool) -> tuple[IndexSp
     except InvalidQuery as exc:
         if not fallback:
             raise
-        instead = fallback_spec(rows, index_spec.split(":")[0])
-        note(f"{exc.message}; building {instead.kind} instead")
-        return instead, exc.message
+        return _instead(index_spec, rows, exc), exc.message
+
+
+def _instead(index_spec: str, rows: int, refused: InvalidQuery) -> IndexSpec:
+    """The index a compaction takes where ``index_spec`` cannot be built over ``rows`` rows, said."""
+    instead = fallback_spec(rows, index_spec.split(":")[0])
+    note(f"{refused.message}; building {instead.kind} instead")
+    return instead
 
 
 def build_table(
@@ -131,7 +136,13 @@ def build_table(
             f"in the background by `embedding-serve` or by `embedding-index index {name}`"
         )
     else:
-        built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed, budget=budget, fallback=fallback)
+        try:
+            built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed, budget=budget, fallback=fallback)
+        except Unbuildable as exc:  # what FAISS alone refuses over these rows (a factory string's IVF): as above
+            if not fallback:
+                raise
+            spec, unbuildable = _instead(index_spec, len(unit), exc), exc.message
+            built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed, budget=budget)
     if unbuildable is not None:
         built.info["fallback"] = {"index": index_spec, "unbuildable": unbuildable, "instead": spec.kind}
     note(f"writing {artifact.table_dir(data_dir, name)} ...")

@@ -183,6 +183,13 @@ def merged_writes(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {**{key: sum(part[key] for part in parts) for key in WRITE_TOTALS}, "shards": list(parts)}
 
 
+def furthest_fallback(fallbacks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Of the shards' ``index.fallback`` (each the index its build could not make), the shard's furthest from its
+    index: one that could not build it (``unbuildable``, no recall) before the lowest recall. The table's summary
+    and a compaction's line both name it."""
+    return min(fallbacks, key=lambda fallback: fallback.get("recall_at_10", -1.0))
+
+
 def merged_summary(name: str, parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The summary of the sharded table ``name`` from its shards' summaries ``parts`` (in shard order), as
     ``Table.summary`` gives each in one process or a shard's server answers it (``GET /v1/tables/<shard>``):
@@ -192,8 +199,8 @@ def merged_summary(name: str, parts: Sequence[dict[str, Any]]) -> dict[str, Any]
       shard's (every shard's, from one import);
     - ``recall_at_10`` the lowest of the shards' (each measured on its own rows when it was built; None if one has
       none), ``built_at`` the latest;
-    - ``metadata_columns`` empty; no ``model``, ``transformer`` or ``index_deferred``; ``index_fallback`` the one of
-      lowest recall among the shards' that have one;
+    - ``metadata_columns`` empty; no ``model``, ``transformer`` or ``index_deferred``; ``index_fallback`` by
+      :func:`furthest_fallback` among the shards' that have one;
     - what a server adds, when the parts carry it: ``approximate`` if any shard's index is, ``has_tokenizer``
       false (a sharded table tokenizes nothing), ``writes`` by :func:`merged_writes`."""
     first = parts[0]
@@ -217,8 +224,7 @@ def merged_summary(name: str, parts: Sequence[dict[str, Any]]) -> dict[str, Any]
         }
         out["documents"] = {**first["documents"], "fields": fields}
     if fallbacks := [part["index_fallback"] for part in parts if part.get("index_fallback")]:
-        # the shard furthest from its index: one that could not build it (no recall) before the lowest recall
-        out["index_fallback"] = min(fallbacks, key=lambda fallback: fallback.get("recall_at_10", -1.0))
+        out["index_fallback"] = furthest_fallback(fallbacks)
     out["shards"] = {"count": len(parts), "rows": [part["rows"] for part in parts]}
     if "approximate" in first:
         out["approximate"] = any(part["approximate"] for part in parts)

@@ -567,21 +567,28 @@ def _recovered_frames(fd: int, path: Path, cut: bool) -> Iterator[list[Record]]:
     writes, is cut after the last (with ``cut``; else left, not read), with a warning
     naming the bytes lost and the last good record; :class:`LogCorrupt` for a damaged record with good ones after
     it. What a load's check and a compaction's cut (:func:`cut`) both do."""
-    last = "no record"
+    last = 0  # the sequence number of the last good record; 0: none
     for records, end, problem in _damage_joined(_scan_file(fd, None, body=False)):
         if problem is not None or end >= os.fstat(fd).st_size:  # the last piece: the records that end it checked
             written, unwritten = _written(fd, records)
             if unwritten is not None:  # records no server wrote, and what torn tail follows them
                 end, problem, records = records[len(written)].offset, unwritten, written
-        last = f"sequence number {records[-1].seq}" if records else last
+        last = records[-1].seq if records else last
         if problem is not None:
-            lost = f"{os.fstat(fd).st_size - end} bytes at byte {end}"
-            said = f"cut {lost} ({problem})" if cut else f"{lost} not read ({problem})"
-            log.warning("write log %s: %s; last good record: %s", path, said, last)
+            _tail_said(path, os.fstat(fd).st_size - end, end, problem, last, cut)
             if cut:
                 os.ftruncate(fd, end)
                 os.fsync(fd)
         yield records
+
+
+def _tail_said(path: Path, lost: int, at: int, problem: str, last: int, cut: bool = True) -> None:
+    """The warning for a damaged tail of ``lost`` bytes at byte ``at``, cut (or, without ``cut``, left unread), after
+    the record of sequence ``last`` (0: none), as the load, a compaction's cut and a writer say it."""
+    bytes_lost = f"{lost} bytes at byte {at}"
+    said = f"cut {bytes_lost} ({problem})" if cut else f"{bytes_lost} not read ({problem})"
+    good = f"sequence number {last}" if last else "no record"
+    log.warning("write log %s: %s; last good record: %s", path, said, good)
 
 
 def _damage_joined(
@@ -728,7 +735,7 @@ class Appender:
         data = _read_from(self.fd, start)
         records, end, problem = scan(data, 0, previous, log_owner(self.path), base=start)
         if problem is not None:  # a damaged tail: cut, so that the next record follows the last good one
-            log.warning("write log %s: cut %d bytes at byte %d (%s)", self.path, len(data) - end, start + end, problem)
+            _tail_said(self.path, len(data) - end, start + end, problem, records[-1].seq if records else previous)
             os.ftruncate(self.fd, start + end)
             if self.sync:
                 os.fsync(self.fd)

@@ -204,15 +204,28 @@ def test_a_damaged_middle_record_refuses_the_log(tmp_path: Path, where: str) -> 
         writelog.read_new(path, records[1].end, 2, path.stat().st_ino)
 
 
-def test_a_damaged_tail_met_while_appending_is_cut_first(tmp_path: Path) -> None:
+def test_a_damaged_tail_met_while_appending_is_cut_first(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The writer cuts it with the load's warning, naming the last good record too (it named none)."""
     path = tmp_path / "t.log"
     records = write(path, 3)
+    torn = writelog.frame(4, body(3))[:-9]
     with path.open("ab") as handle:
-        handle.write(writelog.frame(4, body(3))[:-9])  # torn after this process read the log
+        handle.write(torn)  # torn after this process read the log
     assert writelog.read_new(path, records[-1].end, 3, path.stat().st_ino)[:2] == ([], records[-1].end)  # not read
-    with writelog.appending(path) as log:
-        assert log.new_records(records[-1].end, 3, log.inode) == ([], records[-1].end)
-        log.append(4, body(9))
+    loaded = tmp_path / "copy" / tmp_path.name / "t.log"  # the same name, as a record names its log
+    loaded.parent.mkdir(parents=True)
+    shutil.copyfile(path, loaded)
+    with caplog.at_level(logging.WARNING, logger="index.store.writelog"):
+        assert [r.seq for r in recovered(loaded)] == [1, 2, 3]
+        said = [[r.getMessage().replace(str(loaded), str(path)) for r in caplog.records]]
+        caplog.clear()
+        with writelog.appending(path) as log:
+            assert log.new_records(records[-1].end, 3, log.inode) == ([], records[-1].end)
+            log.append(4, body(9))
+        said.append([r.getMessage() for r in caplog.records])
+    assert said[0] == said[1] and len(said[1]) == 1, said
+    assert f"cut {len(torn)} bytes at byte {records[-1].end} (" in said[1][0], said
+    assert said[1][0].endswith("; last good record: sequence number 3"), said
     assert [(r.seq, r.body) for r in recovered(path)][-1] == (4, body(9))
 
 

@@ -301,7 +301,7 @@ def test_a_compaction_that_keeps_failing_is_tried_again_later_each_time_until_it
                 return compactions(server.base).get(failed, 0.0)
 
             real_server.wait_for(lambda: failures() == 4, seconds=SECONDS, what="four failures")
-            cause.close()  # the log writable again: the fifth attempt, 4 s after the fourth, succeeds
+            cause.close()  # the log writable again: the next attempt, after the fourth failure's wait, succeeds
             starts = re.findall(r"^(\S+ \S+) INFO service\.compacting: table 'lee': compacting", server.log(), re.M)
             ends = re.findall(
                 r"^(\S+ \S+) ERROR service\.compacting: table 'lee': compaction failed \(.*not permitted.*\); "

@@ -365,7 +365,7 @@ def test_a_document_too_big_for_any_request_is_refused_before_anything_is_writte
     the server's 413 would refuse it."""
     store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
     texts = [f"note {i}" for i in range(300)]
-    texts[289] = "word " * 900_000  # 4.5 MB, over the 4 MiB a request may hold
+    texts[289] = "word " * 900_000  # over the body a request may hold at the default limits
     message = (
         r"^413 body_too_large: documents\[289\] \(id 'n289'\): its JSON alone \(\d+ bytes\) makes a request body "
         r"over 4194304 bytes \(the server's max_body_bytes\); nothing was written$"

@@ -615,7 +615,7 @@ def test_a_batch_refused_for_a_lowered_limit_is_sized_again(tight: str) -> None:
 # A document no request can hold, the 290th of 300 written: (server, its text's characters, the limit it is over).
 OVERSIZED = (
     (0, MAX_TEXT_CHARS + 1, "max_text_chars"),  # the default server: a text over 100,000 characters
-    (0, 10 * 1024 * 1024, "max_body_bytes"),  # 10 MB: over the default 4 MiB body limit (and max_text_chars)
+    (0, 10 * 1024 * 1024, "max_body_bytes"),  # over the default body limit (and max_text_chars)
     (1, 40_000, "max_body_bytes"),  # the small server: a text within max_text_chars, over its 32 KiB body limit
 )
 WRITERS = ("Client", "AsyncClient", "langchain", "llamaindex", "langchain async", "llamaindex async")

@@ -111,8 +111,9 @@ def build_table(
     for 400,000 x 50, 2,289 MiB for 2,000,000 x 300); a caller that uses them afterwards gives a copy. Rows that
     cannot be written (a read-only array, one mapped from Ray's object store) are copied first.
     ``empty``: a table of no rows is built (a shard a compaction left without documents) rather than refused.
-    ``fallback``: an index below ``min_recall`` is replaced by the one ``auto`` takes (a compaction, which must fold
-    its log: ``index_choice.build_and_measure``) rather than refused.
+    ``fallback``: an index below ``min_recall`` (``index_choice.build_and_measure``), or one these rows cannot build
+    (:func:`_spec`, ``Unbuildable``), is replaced by the one ``auto`` takes rather than refused (a compaction, which
+    must fold its log).
 
     With ``defer_index`` an approximate index is not built now: the table is published for exact search at once,
     with the index spec recorded under ``index.deferred`` for :func:`index_table` (which ``embedding-serve`` runs

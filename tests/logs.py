@@ -3,14 +3,13 @@ processes as workers write it (light to start: they import the log module alone)
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from index.store import writelog
+from index.store import artifact, writelog
 
 
 def recovered(path: Path) -> list[writelog.Record]:
@@ -30,12 +29,9 @@ def lock_is_free(path: Path, opener: Callable[..., int] = os.open) -> bool:
     """Whether a writer would take the log's lock now (the exclusive lock of a file opened by ``opener``)."""
     fd = opener(path, os.O_RDWR)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
+        return artifact.try_lock(fd)
     finally:
         os.close(fd)
-    return True
 
 
 def writing_after_the_first_piece(

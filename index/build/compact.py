@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import fcntl
 import logging
 import os
 import time
@@ -79,7 +78,7 @@ def locked(data_dir: Path, name: str, wait: float = COMPACT_WAIT_SECONDS) -> Ite
     path.parent.mkdir(exist_ok=True)
     lock_fd = os.open(path.with_suffix(".compacting"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        if not _lock(lock_fd):
+        if not artifact.try_lock(lock_fd):
             _wait_for(lock_fd, name, wait)
         with contextlib.suppress(OSError):  # its id, for the compactions waiting for it to name (not on a full disk)
             os.ftruncate(lock_fd, 0)
@@ -87,14 +86,6 @@ def locked(data_dir: Path, name: str, wait: float = COMPACT_WAIT_SECONDS) -> Ite
         yield
     finally:
         os.close(lock_fd)
-
-
-def _lock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
 
 
 def _wait_for(fd: int, name: str, wait: float) -> None:
@@ -107,7 +98,7 @@ def _wait_for(fd: int, name: str, wait: float) -> None:
     bound = f"{_span(wait)} at most (--wait)"
     note(f"table {name!r} is being compacted by another process{_holder(fd)}; waiting for it, {bound} ...")
     started = said = time.monotonic()
-    while not _lock(fd):
+    while not artifact.try_lock(fd):
         now = time.monotonic()
         if now - started >= wait:
             raise ArtifactError(

@@ -314,6 +314,15 @@ def publish(tmp: Path, final: Path) -> None:
     delete(old, ignore_errors=True)
 
 
+def try_lock(fd: int) -> bool:
+    """Whether the exclusive lock of the file open as ``fd`` was taken at once (False: another process holds it)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def _in_use(path: Path) -> bool:
     """A build that is still running holds a lock on its temporary directory (released when it dies)."""
     try:
@@ -321,12 +330,9 @@ def _in_use(path: Path) -> bool:
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
+        return not try_lock(fd)
     finally:
         os.close(fd)
-    return False
 
 
 def recover(data_dir: Path) -> list[tuple[Path, str]]:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -292,19 +292,43 @@ class Server:
 
 def wait_ready(process: subprocess.Popen[bytes], url: str, log: Any, timeout: float = START_SECONDS) -> float:
     """Poll ``url`` until it answers 200; seconds since ``process`` was spawned (measured by the caller)."""
-    started = time.perf_counter()
     with httpx.Client(timeout=POLL_SECONDS) as client:
-        while True:
-            if process.poll() is not None or time.perf_counter() - started > timeout:
-                log.seek(0)
-                tail = log.read().decode(errors="replace")[-3000:]
-                raise RuntimeError(f"server did not become ready at {url}:\n{tail}")
-            try:
-                if client.get(url).status_code == 200:
-                    return time.perf_counter() - started
-            except httpx.TransportError:
-                pass
-            time.sleep(0.01)
+        return wait_until(
+            process,
+            lambda: client.get(url).status_code == 200,
+            log,
+            f"server did not become ready at {url}",
+            timeout=timeout,
+            pause=0.01,
+            not_yet=(httpx.TransportError,),
+        )
+
+
+def wait_until(
+    process: subprocess.Popen[bytes],
+    ready: Callable[[], bool],
+    log: Any,
+    failed: str,
+    *,
+    timeout: float = START_SECONDS,
+    pause: float,
+    not_yet: tuple[type[Exception], ...],
+) -> float:
+    """Call ``ready`` every ``pause`` seconds until it answers True (one of the ``not_yet`` errors: not yet); the
+    seconds that took. ``process`` ending first, or ``timeout`` passing, raises ``RuntimeError``: ``failed`` and the
+    tail of the process's ``log`` (its output, an open binary file)."""
+    started = time.perf_counter()
+    while True:
+        if process.poll() is not None or time.perf_counter() - started > timeout:
+            log.seek(0)
+            tail = log.read().decode(errors="replace")[-3000:]
+            raise RuntimeError(f"{failed}:\n{tail}")
+        try:
+            if ready():
+                return time.perf_counter() - started
+        except not_yet:
+            pass
+        time.sleep(pause)
 
 
 def own_session(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:

@@ -45,7 +45,6 @@ from bench.common import (
     MIB,
     POLL_SECONDS,
     REPO,
-    START_SECONDS,
     Context,
     display,
     embedding_serve,
@@ -58,6 +57,7 @@ from bench.common import (
     stop,
     target,
     wait_idle,
+    wait_until,
     wrk_path,
 )
 from bench.load import Request
@@ -201,17 +201,8 @@ def process(argv: list[str], ready: Callable[[], bool], env: dict[str, str], log
         started = time.perf_counter()
         proc = own_session(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         try:
-            while True:
-                if proc.poll() is not None or time.perf_counter() - started > START_SECONDS:
-                    log.seek(0)
-                    tail = log.read().decode(errors="replace")[-3000:]
-                    raise RuntimeError(f"{display(argv)} did not become ready:\n{tail}")
-                try:
-                    if ready():
-                        break
-                except Exception:  # any client error means "not yet"
-                    pass
-                time.sleep(0.05)
+            # any client error means "not yet"
+            wait_until(proc, ready, log, f"{display(argv)} did not become ready", pause=0.05, not_yet=(Exception,))
             yield {"process": proc, "ready_seconds": time.perf_counter() - started, "command": display(argv)}
         finally:
             stop(proc)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from index.engine.table import Table
+from tests.service.raw_http import read_response
 from tests.service.real_server import Server, start
 
 T = b"/v1/tables/small"
@@ -44,27 +45,6 @@ def http(method: str, target: bytes, body: bytes | None = None, headers: dict[st
     fields |= headers or {}
     lines += [f"{k}: {v}".encode() for k, v in fields.items()]
     return b"\r\n".join(lines) + b"\r\n\r\n" + (body or b"")
-
-
-def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """Status, headers (lower-case names) and body of one response (framed by its Content-Length)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed before a response: {data!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in header_lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk, "connection closed inside the body"
-        body += chunk
-    return int(status_line.split()[1]), headers, body[:length]
 
 
 def send(server: Server, raw: bytes) -> tuple[int, dict[str, str], bytes]:

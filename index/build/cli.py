@@ -146,6 +146,16 @@ class BuildOptions:
 
         return built_with(self.index, self.min_recall, self.seed, self.budget)
 
+    def index_options(self) -> dict[str, Any]:
+        """The index options ``build_table`` is given, for a whole table and for each shard of a sharded one."""
+        return {
+            "index_spec": self.index,
+            "min_recall": self.min_recall,
+            "seed": self.seed,
+            "defer_index": self.defer_index,
+            "budget": self.budget,
+        }
+
 
 class Method(StrEnum):
     cosadd = "3cosadd"
@@ -205,15 +215,11 @@ def _build_and_report(
         data_dir=data_dir,
         name=name,
         source=source,
-        index_spec=build.index,
-        min_recall=build.min_recall,
         params={**build.recorded(), **params},
         force=build.force,
         drop_invalid=build.drop_invalid,
-        seed=build.seed,
-        defer_index=build.defer_index,
-        budget=build.budget,
         complete=lambda tmp: check_reimport(data_dir, name, tmp),  # the log's writes must fit a re-import
+        **build.index_options(),
     )
     index = manifest["index"]
     deferred = " (exact search until `embedding-serve` or `embedding-index index` builds its index)"
@@ -556,13 +562,9 @@ def _shard_builder(
             data_dir=directory,
             name=shard,
             source=source,
-            index_spec=build.index,
-            min_recall=build.min_recall,
             params=params,
             drop_invalid=drop_invalid,
-            seed=build.seed,
-            defer_index=build.defer_index,
-            budget=build.budget,
+            **build.index_options(),
         )
 
     return build_shard

@@ -563,37 +563,20 @@ def documents(r: dict[str, Any]) -> str:
     sizes = {name: size / (1 << 20) for name, size in imp["sizes"].items()}
     spec = hnsw["index"]
     described = ", ".join(f"{k} {v}" for k, v in spec.items() if k != "kind")
+
+    def import_row(source: str, index: str, run: dict[str, Any], rounds: str) -> list[Any]:
+        """One import's row: its input and index, its seconds (whole, reading, building), memory, disk and rounds."""
+        timed = [run["seconds"], run["read_seconds"], run["build_seconds"], run["peak_rss_mib"], run["disk_mib"]]
+        return [source, index, *timed, rounds]
+
+    def flat_row(source: str, run: dict[str, Any]) -> list[Any]:
+        return import_row(source, "flat", run, ", ".join(num(x["seconds"]) for x in run["rounds"]))
+
+    npy_mib = sizes["vectors.npy"] + sizes["vectors.vocab.txt"]
     import_rows = [
-        [
-            f"documents.parquet ({num(sizes['documents.parquet'])} MiB)",
-            "flat",
-            flat["documents"]["seconds"],
-            flat["documents"]["read_seconds"],
-            flat["documents"]["build_seconds"],
-            flat["documents"]["peak_rss_mib"],
-            flat["documents"]["disk_mib"],
-            ", ".join(num(x["seconds"]) for x in flat["documents"]["rounds"]),
-        ],
-        [
-            f"vectors.npy + vocabulary ({num(sizes['vectors.npy'] + sizes['vectors.vocab.txt'])} MiB)",
-            "flat",
-            flat["npy"]["seconds"],
-            flat["npy"]["read_seconds"],
-            flat["npy"]["build_seconds"],
-            flat["npy"]["peak_rss_mib"],
-            flat["npy"]["disk_mib"],
-            ", ".join(num(x["seconds"]) for x in flat["npy"]["rounds"]),
-        ],
-        [
-            "documents.parquet",
-            f"hnsw ({described}; recall@10 {hnsw['recall_at_10']})",
-            hnsw["seconds"],
-            hnsw["read_seconds"],
-            hnsw["build_seconds"],
-            hnsw["peak_rss_mib"],
-            hnsw["disk_mib"],
-            "one run",
-        ],
+        flat_row(f"documents.parquet ({num(sizes['documents.parquet'])} MiB)", flat["documents"]),
+        flat_row(f"vectors.npy + vocabulary ({num(npy_mib)} MiB)", flat["npy"]),
+        import_row("documents.parquet", f"hnsw ({described}; recall@10 {hnsw['recall_at_10']})", hnsw, "one run"),
     ]
     search_rows = []
     for case, spec_ in r["filters"].items():

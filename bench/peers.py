@@ -651,6 +651,36 @@ def measure(
     return out, waited
 
 
+Rounds = dict[str, dict[str, list[dict[str, Any]]]]  # condition -> system -> its measurements, round by round
+
+
+def measured_rounds(
+    sides: dict[str, Side],
+    names: list[str],
+    queries: np.ndarray,
+    answers: dict[str, list[list[int]]],
+    plan: Plan,
+    count: int,
+    said: Callable[[int, str, str, dict[str, Any]], str],
+) -> tuple[Rounds, float]:
+    """``count`` rounds of :func:`measure`, each quiet and with ``plan.busy`` under :func:`background_load` too, the
+    systems' order alternated between rounds: every measurement by condition and system, and the seconds waited
+    for the servers to go idle. ``said(round, condition, name, measurement)`` is each one's progress line."""
+    conditions = ("quiet", "busy") if plan.busy else ("quiet",)
+    rounds: Rounds = {c: {name: [] for name in names} for c in conditions}
+    waited = 0.0
+    for r in range(count):
+        order = names[r % len(names) :] + names[: r % len(names)]  # alternate the systems between rounds
+        for condition in conditions:
+            with background_load() if condition == "busy" else nullcontext():
+                measured, w = measure(sides, order, queries, answers, plan)
+            waited += w
+            for name in order:
+                rounds[condition][name].append(measured[name])
+                print(said(r, condition, name, measured[name]), file=sys.stderr, flush=True)
+    return rounds, waited
+
+
 def loaded(name: str, ctx: Context, root: Path, raw: RawTable, unit: np.ndarray) -> Side:
     """A side built from a copy of ``raw`` (the builder normalises the rows it is given in place) and started."""
     side = SIDES[name](name=name, ctx=ctx, root=root)
@@ -698,8 +728,6 @@ def run(ctx: Context) -> dict[str, Any]:
     answers: dict[str, list[list[int]]] = {}
     busy_loads: dict[str, dict[str, Any]] = {}
     waited = 0.0
-    conditions = ("quiet", "busy") if plan.busy else ("quiet",)
-    rounds: dict[str, dict[str, list[dict[str, Any]]]] = {c: {name: [] for name in names} for c in conditions}
     try:
         for name in names:  # loaded one after another, each alone on the machine
             print(f"bench: peers: loading {name} ...", file=sys.stderr, flush=True)
@@ -718,22 +746,17 @@ def run(ctx: Context) -> dict[str, Any]:
             started = time.perf_counter()
             tuned[name], answers[name] = ladder(side, queries, truth)  # the side stays at the last step's ef
             side.load["ladder_seconds"] = round(time.perf_counter() - started, 1)
-        for r in range(ctx.rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]  # alternate the systems between rounds
-            for condition in conditions:
-                with background_load() if condition == "busy" else nullcontext():
-                    measured, w = measure(sides, order, queries, answers, plan)
-                waited += w
-                for name in order:
-                    one, many = measured[name]["c1"], measured[name][f"c{CLIENTS}"]
-                    rounds[condition][name].append(measured[name])
-                    raw_rps = (measured[name]["raw_http"] or {}).get("rps")
-                    print(
-                        f"bench: peers: round {r + 1} {condition} {name}: p50 {one['p50_ms']:.3f} ms over "
-                        f"{one['calls']} calls, {many['qps']:.0f} q/s, wrk {raw_rps} req/s",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+
+        def said(r: int, condition: str, name: str, measured: dict[str, Any]) -> str:
+            one, many = measured["c1"], measured[f"c{CLIENTS}"]
+            raw_rps = (measured["raw_http"] or {}).get("rps")
+            return (
+                f"bench: peers: round {r + 1} {condition} {name}: p50 {one['p50_ms']:.3f} ms over "
+                f"{one['calls']} calls, {many['qps']:.0f} q/s, wrk {raw_rps} req/s"
+            )
+
+        rounds, w = measured_rounds(sides, names, queries, answers, plan, ctx.rounds, said)
+        waited += w
         commands = {name: side.server_command() for name, side in sides.items()}
     finally:
         for side in sides.values():

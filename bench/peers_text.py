@@ -32,7 +32,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,11 +49,10 @@ from bench.peers import (
     Ours,
     Plan,
     Side,
-    background_load,
     exact_top_k,
     idle,
     installed,
-    measure,
+    measured_rounds,
     package_versions,
     process,
     tree_memory,
@@ -279,8 +278,6 @@ def run(ctx: Context) -> dict[str, Any]:
     shutil.rmtree(root, ignore_errors=True)
     sides: dict[str, Side] = {}
     answers: dict[str, list[list[int]]] = {}
-    conditions = ("quiet", "busy") if plan.busy else ("quiet",)
-    rounds: dict[str, dict[str, list[dict[str, Any]]]] = {c: {n: [] for n in names} for c in conditions}
     checks: dict[str, Any] = {}
     waited = 0.0
     try:
@@ -298,21 +295,16 @@ def run(ctx: Context) -> dict[str, Any]:
             waited += idle(list(sides.values()), plan.idle_timeout)
             answers[name] = side.search_many(queries)
         checks = check(sides, texts, asked, answers)
-        for r in range(ctx.rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]
-            for condition in conditions:
-                with background_load() if condition == "busy" else nullcontext():
-                    measured, w = measure(sides, order, queries, answers, plan)
-                waited += w
-                for name in order:
-                    rounds[condition][name].append(measured[name])
-                    one, many = measured[name]["c1"], measured[name][f"c{CLIENTS}"]
-                    print(
-                        f"bench: peers-text: round {r + 1} {condition} {name}: p50 {one['p50_ms']:.2f} ms over "
-                        f"{one['calls']} calls, {many['qps']:.1f} q/s",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+
+        def said(r: int, condition: str, name: str, measured: dict[str, Any]) -> str:
+            one, many = measured["c1"], measured[f"c{CLIENTS}"]
+            return (
+                f"bench: peers-text: round {r + 1} {condition} {name}: p50 {one['p50_ms']:.2f} ms over "
+                f"{one['calls']} calls, {many['qps']:.1f} q/s"
+            )
+
+        rounds, w = measured_rounds(sides, names, queries, answers, plan, ctx.rounds, said)
+        waited += w
         commands = {name: side.server_command() for name, side in sides.items()}
         loads = {name: side.load for name, side in sides.items()}
     finally:
@@ -331,7 +323,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "checks": checks,
         "conditions": {},
     }
-    for condition in conditions:
+    for condition in rounds:  # quiet, and busy with plan.busy
         systems = {name: figures(sides[name], commands[name], rounds[condition][name]) for name in names}
         for name, status in absent.items():
             systems[name] = {"status": status, "versions": package_versions(name)}

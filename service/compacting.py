@@ -39,7 +39,6 @@ CHILD_NICE = 10
 CHECK_SECONDS = 1.0
 RETRY_SECONDS = 60.0  # the first wait after a failure when EMBEDDING_COMPACT_SECONDS is off
 LONGEST_RETRY_SECONDS = 3600.0  # the wait doubles after each failure in a row up to this (or the setting)
-WAIT_SECONDS = 600.0  # for another compaction of the table (one run by hand) to end: the command's default
 
 
 @dataclass
@@ -201,7 +200,7 @@ class AutoCompaction:
         """Compact table ``name`` in a child process: None when it did, else when to try it again (said in the
         log)."""
         command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "compact", name]
-        command += ["--data-dir", str(self.data_dir), "--wait", f"{WAIT_SECONDS:g}"]
+        command += ["--data-dir", str(self.data_dir), "--wait", f"{writelog.COMPACTION_WAIT_SECONDS:g}"]
         documents = sum(state.documents for key, state in self.pending.items() if key.split("/")[0] == name)
         log.info("table %r: compacting %d written or deleted documents into its next version", name, documents)
         wait = self.retry_seconds(name)

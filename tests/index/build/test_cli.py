@@ -817,6 +817,30 @@ def test_index_builds_the_newest_version_when_a_compaction_publishes_one_meanwhi
     assert artifact.verify(data / "lee").ok
 
 
+def test_the_compaction_lock_and_its_default_wait_are_the_store_s(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """The compaction lock's file and its default wait are defined once, beside the write log in the store
+    (``writelog.compaction_lock``, ``writelog.COMPACTION_WAIT_SECONDS``), where the server, which runs the command
+    without importing the builder, reads the wait too (it stated 600 s a second time): the command's default is
+    that one, and a lock held on that file is the one a compaction does not take."""
+    import fcntl
+    import inspect
+
+    assert inspect.signature(compact_command).parameters["wait"].default == writelog.COMPACTION_WAIT_SECONDS
+    data, path = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
+    lock = writelog.compaction_lock(data, "lee")
+    assert lock == path.with_suffix(".compacting")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        done = run_cli("compact", "lee", "--data-dir", data, "--wait", "0")
+    finally:
+        os.close(fd)
+    assert done.code == 1 and "another compaction of it holds its lock, and --wait 0" in done.err, done
+    assert run_cli("compact", "lee", "--data-dir", data, "--wait", "0").code == 0
+
+
 def test_compact_waits_for_another_compaction_at_most_its_wait(
     lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,6 +34,7 @@ from index.store import artifact, shardmap, writelog
 from tests.cli import run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.logs import recovered
+from tests.service import real_server
 from tests.vectors import unit
 
 WRITTEN = 16_000
@@ -283,6 +284,15 @@ def test_a_sharded_compaction_s_line_names_the_shard_whose_index_its_rows_cannot
     assert fallback["index"] == {"kind": "ivf", "nlist": 60, "nprobe": None}
     line = f"; index flat in place of {json.dumps(fallback['index'])}: {fallback['unbuildable']}"
     assert done.out.rstrip().endswith(line), done.out
+    # The summary's ``index``, from a real server (the table and the list): the shards serve ivf, flat and ivf, so
+    # it says they differ, each shard's; it said the first shard's ivf, as if every shard had its index.
+    with real_server.running(data, tmp_path / "serve.log") as server:
+        summary = real_server.HTTP.get(f"{server.base}/v1/tables/lee").json()
+        [listed] = real_server.HTTP.get(f"{server.base}/v1/tables").json()["tables"]
+    served = [artifact.read_manifest(data / "lee" / shardmap.shard_name(s))["index"]["spec"] for s in range(3)]
+    assert [index["kind"] for index in served] == ["ivf", "flat", "ivf"]
+    assert summary["index"] == listed["index"] == {"kind": "mixed", "shards": served}, summary
+    assert summary["index_fallback"] == fallback and summary["approximate"] is True
 
 
 def test_a_manifest_written_before_the_fallback_had_one_shape_shows_the_same_index_fallback(

@@ -9,8 +9,10 @@ directory holds the table (and so those logs) compacts it, every shard at once, 
 new version is published the server is sent SIGHUP and reloads it (``service.reload``), as after a deferred
 index build. A failed compaction is logged; the table keeps its version and its log, and is tried again after
 ``EMBEDDING_COMPACT_SECONDS`` (a minute when that is off), twice as long after each failure in a row up to an hour
-(or that setting, when longer), until one succeeds. A table refused because every one of its documents is deleted
-is refused so until it is written to again: it is tried again after its next write only, and said as a warning.
+(or that setting, when longer), until one succeeds, or until another version of the table is published (a
+compaction run by hand, an import, an index build), after which it is compacted as one that never failed. A table
+refused because every one of its documents is deleted is refused so until it is written to again (or a version is
+published): it is tried again after its next write only, and said as a warning.
 Each is counted in ``/metrics`` by table and outcome, with the time
 of each table's last success (``service.http.metrics``).
 """
@@ -39,7 +41,6 @@ CHILD_NICE = 10
 CHECK_SECONDS = 1.0
 RETRY_SECONDS = 60.0  # the first wait after a failure when EMBEDDING_COMPACT_SECONDS is off
 LONGEST_RETRY_SECONDS = 3600.0  # the wait doubles after each failure in a row up to this (or the setting)
-WAIT_SECONDS = 600.0  # for another compaction of the table (one run by hand) to end: the command's default
 
 
 @dataclass
@@ -57,11 +58,13 @@ class Pending:
 @dataclass
 class Failed:
     """A table whose last compactions failed: tried again ``wait`` seconds after the last, or, when ``written`` is
-    set, only once one of its logs holds a write after its ``Pending.last`` there."""
+    set, only once one of its logs holds a write after its ``Pending.last`` there; forgotten once a version other
+    than ``version`` (``AutoCompaction.version``) is published."""
 
     at: float
     wait: float
     written: dict[str, int] | None = None
+    version: tuple[int, int] | None = None
 
 
 class AutoCompaction:
@@ -166,6 +169,14 @@ class AutoCompaction:
             since = min(state.since for state in states if state.documents)
             now = time.monotonic()
             failed = self.failed.get(name)
+            if failed is not None and failed.version != self.version(name):
+                log.info(
+                    "table %r: a new version was published (a compaction run by hand, an import, an index build); its "
+                    "compactions' failures before it no longer hold back the next",
+                    name,
+                )
+                del self.failed[name]
+                failed = None
             if failed is not None and failed.written is not None:
                 if self._written(name) == failed.written:
                     continue  # not written to since its refusal
@@ -193,6 +204,15 @@ class AutoCompaction:
                 state.documents += touched
         return state
 
+    def version(self, name: str) -> tuple[int, int] | None:
+        """Which version of table ``name`` is published: its manifest file's inode and modification time (each
+        publish, of a compaction, an import or an index, puts a new file in place); None when there is none."""
+        try:
+            stat = (self._table(name) / artifact.MANIFEST).stat()
+        except OSError:
+            return None
+        return stat.st_ino, stat.st_mtime_ns
+
     def _written(self, name: str) -> dict[str, int]:
         """The last write read of each of table ``name``'s logs."""
         return {key: state.last for key, state in self.pending.items() if key.split("/")[0] == name}
@@ -201,7 +221,7 @@ class AutoCompaction:
         """Compact table ``name`` in a child process: None when it did, else when to try it again (said in the
         log)."""
         command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "compact", name]
-        command += ["--data-dir", str(self.data_dir), "--wait", f"{WAIT_SECONDS:g}"]
+        command += ["--data-dir", str(self.data_dir), "--wait", f"{writelog.COMPACTION_WAIT_SECONDS:g}"]
         documents = sum(state.documents for key, state in self.pending.items() if key.split("/")[0] == name)
         log.info("table %r: compacting %d written or deleted documents into its next version", name, documents)
         wait = self.retry_seconds(name)
@@ -210,9 +230,10 @@ class AutoCompaction:
             self._child = child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         except OSError as exc:
             log.error("table %r: cannot start the compaction (%s); %s", name, exc, then)
-            return Failed(at=time.monotonic(), wait=wait)
+            return Failed(at=time.monotonic(), wait=wait, version=self.version(name))
         output = child.communicate()[0]
-        failed = Failed(at=time.monotonic(), wait=wait)  # the wait counts from its end, as a lock's wait may be long
+        # the wait counts from its end, as a lock's wait may be long
+        failed = Failed(at=time.monotonic(), wait=wait, version=self.version(name))
         if child.returncode == 0:
             log.info("table %r: %s", name, output.strip().splitlines()[-1])
             return None

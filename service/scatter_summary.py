@@ -3,7 +3,8 @@ answered as one process serving the sharded table whole answers them (``service.
 own summaries (``GET <replica>``), asked at once on every request: a shard's summary costs it no search, and its
 counts change with its writes and reloads, so none is kept here. Both merge the shards' summaries by one rule,
 ``index.engine.shards.merged_summary`` (rows, fields' ``non_null`` and ``writes`` summed, the lowest recall, the
-latest ``built_at``, the shards' rows, the rest the first shard's).
+latest ``built_at``, the shards' rows, the index the first shard's or each shard's where they differ in kind, the
+rest the first shard's).
 
 A shard that does not answer fails the summary (503 ``shard_unavailable``, 504 ``shard_timeout``, naming it),
 partial answers or not: the sums would be wrong. In the list such a table is named under ``unavailable``.

@@ -17,13 +17,13 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from index import threads
-from index.build.budget import AUTO_BUDGET_SECONDS, COMPACT_WAIT_SECONDS, MAX_COMPACT_WAIT_SECONDS
+from index.build.budget import AUTO_BUDGET_SECONDS, MAX_COMPACT_WAIT_SECONDS
 from index.build.sources import FORMATS, RawTable
 from index.build.train import MAX_NEGATIVE, MAX_SENTENCE, MAX_WORKERS
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
 from index.errors import ArtifactError, EmbeddingError, UnknownTable, counted
 from index.progress import Progress, note
-from index.store import artifact
+from index.store import artifact, writelog
 
 app = typer.Typer(
     help="Build and inspect embedding tables for embedding-search.",
@@ -755,9 +755,9 @@ def compact(
             min=0,
             max=MAX_COMPACT_WAIT_SECONDS,
             help="Seconds to wait for a compaction of the table another process is making, then fail "
-            f"(default {COMPACT_WAIT_SECONDS:g}, at most {MAX_COMPACT_WAIT_SECONDS:g}).",
+            f"(default {writelog.COMPACTION_WAIT_SECONDS:g}, at most {MAX_COMPACT_WAIT_SECONDS:g}).",
         ),
-    ] = COMPACT_WAIT_SECONDS,
+    ] = writelog.COMPACTION_WAIT_SECONDS,
     quiet: Quiet = False,
 ) -> None:
     """Fold a documents table's write log (the documents added, replaced and deleted over HTTP) into its next

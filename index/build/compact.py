@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from index.build.budget import AUTO_BUDGET_SECONDS, COMPACT_WAIT_SECONDS
+from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.engine.delta import Delta
@@ -38,7 +38,7 @@ from index.store.payload import KIND, payload_files
 log = logging.getLogger(__name__)
 
 
-def compact(data_dir: Path, name: str, wait: float = COMPACT_WAIT_SECONDS) -> dict[str, Any]:
+def compact(data_dir: Path, name: str, wait: float = writelog.COMPACTION_WAIT_SECONDS) -> dict[str, Any]:
     """Fold table ``name``'s write log into its next version; return what was done (``written`` 0: nothing to do).
     Another process's compaction of the table is waited for ``wait`` seconds at most (:func:`locked`)."""
     directory = artifact.table_dir(data_dir, name)
@@ -69,14 +69,14 @@ POLL_SECONDS = 0.05  # how often a compaction waiting for another's lock tries i
 
 
 @contextmanager
-def locked(data_dir: Path, name: str, wait: float = COMPACT_WAIT_SECONDS) -> Iterator[None]:
+def locked(data_dir: Path, name: str, wait: float = writelog.COMPACTION_WAIT_SECONDS) -> Iterator[None]:
     """Table ``name``'s compaction lock held; while another process holds it (a server's compaction and one run by
     hand), waited for ``wait`` seconds at most, saying so every few seconds, so the later one folds the writes made
     since the other's version; then :class:`ArtifactError`, naming the process that held it (the lock file holds
     its holder's process id)."""
-    path = writelog.log_path(data_dir, name)
+    path = writelog.compaction_lock(data_dir, name)
     path.parent.mkdir(exist_ok=True)
-    lock_fd = os.open(path.with_suffix(".compacting"), os.O_RDWR | os.O_CREAT, 0o644)
+    lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         if not artifact.try_lock(lock_fd):
             _wait_for(lock_fd, name, wait)

@@ -21,7 +21,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from index.build.budget import COMPACT_WAIT_SECONDS
 from index.build.compact import all_deleted, built_as, finish, folded, locked, replay, unchanged
 from index.build.documents import Documents
 from index.build.shard import import_sharded
@@ -36,7 +35,7 @@ from index.progress import note
 from index.store import artifact, shardmap, writelog
 
 
-def compact_sharded(data_dir: Path, name: str, wait: float = COMPACT_WAIT_SECONDS) -> dict[str, Any]:
+def compact_sharded(data_dir: Path, name: str, wait: float = writelog.COMPACTION_WAIT_SECONDS) -> dict[str, Any]:
     """Fold the shards' logs of the sharded table ``name`` into its next version (under the table's compaction
     lock, waited for ``wait`` seconds at most); what was done, as ``compact.compact`` says it."""
     with locked(data_dir, name, wait):

@@ -8,7 +8,7 @@ Rows are unit-normalised, so inner product equals cosine. Specs:
   (efSearch, nprobe) is raised until recall@10 >= 0.99 (or ``--min-recall``, if higher) on a sample of rows (each
   one's own row left out of its answers, as a neighbours query leaves it out), and the manifest records the
   estimate and why the index was chosen. A graph that stays below ``--min-recall`` (rows that tie massively) gives
-  way to IVF (``fallback_spec``);
+  way to IVF (``fallback_spec``, ``build_or_instead``);
 - ``flat``: exact inner product (the service then searches the memory-mapped matrix directly);
 - ``hnsw`` or ``hnsw:M=32,efConstruction=200,efSearch=48`` (those are the defaults, efSearch apart);
 - ``ivf`` or ``ivf:nlist=2048,nprobe=64`` (nlist defaults to about 2 sqrt(rows), nprobe is tuned when not given);
@@ -137,7 +137,26 @@ def _options(spec: str, allowed: tuple[str, ...]) -> dict[str, int]:
 
 def parse_spec(spec: str, rows: int, dim: int | None = None) -> IndexSpec:
     """Turn a command-line index spec into an :class:`IndexSpec` for a table of ``rows`` rows (of ``dim``
-    dimensions: the ``ivfpq`` kinds check and default their code count with it)."""
+    dimensions: the ``ivfpq`` kinds check and default their code count with it); refused where it needs more rows
+    (:func:`too_few_rows`)."""
+    out = read_spec(spec, rows, dim)
+    if short := too_few_rows(out, rows):
+        raise InvalidQuery(f"index spec {spec.strip()!r}: {short}")
+    return out
+
+
+def too_few_rows(spec: IndexSpec, rows: int) -> str | None:
+    """Why ``rows`` rows cannot build ``spec`` (more IVF lists, or product-code centroids, than rows), or None."""
+    if spec.kind in ("ivf", "ivfpq") and spec.nlist is not None and spec.nlist > rows:
+        return f"nlist {spec.nlist} is more than the {rows} rows"
+    codes = 2 ** max(spec.nbits, OPQ_NBITS) if spec.opq else 2**spec.nbits  # FAISS's OPQ trains 8-bit codes
+    if spec.kind == "ivfpq" and rows < codes:
+        return f"{rows} rows cannot train {codes} codes per sub-quantiser"
+    return None
+
+
+def read_spec(spec: str, rows: int, dim: int | None = None) -> IndexSpec:
+    """:func:`parse_spec` but for what depends on the rows' count: the spec as given, for ``rows`` rows."""
     spec = spec.strip()
     if not spec:  # as an unset variable gives it (--index "$SPEC"): not auto, nor the FAISS factory string ""
         raise InvalidQuery("index spec is empty: give auto, flat, hnsw, ivf, ivfpq, opq or a FAISS factory string")
@@ -158,10 +177,7 @@ def parse_spec(spec: str, rows: int, dim: int | None = None) -> IndexSpec:
         return out
     if spec == "ivf" or spec.startswith("ivf:"):
         given = _options(spec, ("nlist", "nprobe"))
-        out = IndexSpec(kind="ivf", nlist=given.get("nlist", default_nlist(rows)), nprobe=given.get("nprobe"))
-        if out.nlist is not None and out.nlist > rows:
-            raise InvalidQuery(f"index spec {spec!r}: nlist {out.nlist} is more than the {rows} rows")
-        return out
+        return IndexSpec(kind="ivf", nlist=given.get("nlist", default_nlist(rows)), nprobe=given.get("nprobe"))
     for prefix in ("ivfpq", "opq"):
         if spec == prefix or spec.startswith(prefix + ":"):
             return _parse_pq(spec, prefix, rows, dim)
@@ -199,11 +215,6 @@ def _parse_pq(spec: str, prefix: str, rows: int, dim: int | None) -> IndexSpec:
     out.pq_m = given.get("m", default_pq_m(dim) if dim else None)
     if given.get("opq", 1) not in (0, 1) or not 1 <= out.nbits <= 16:
         raise InvalidQuery(f"index spec {spec!r}: opq is 0 or 1, nbits 1 to 16")
-    if out.nlist is not None and out.nlist > rows:
-        raise InvalidQuery(f"index spec {spec!r}: nlist {out.nlist} is more than the {rows} rows")
-    codes = 2 ** max(out.nbits, OPQ_NBITS) if out.opq else 2**out.nbits  # FAISS's OPQ trains 8-bit codes of its own
-    if rows < codes:
-        raise InvalidQuery(f"index spec {spec!r}: {rows} rows cannot train {codes} codes per sub-quantiser")
     if dim is not None and out.pq_m is not None and dim % out.pq_m:
         raise InvalidQuery(f"index spec {spec!r}: m={out.pq_m} does not divide the dimension {dim}")
     return out
@@ -552,38 +563,51 @@ def _set_step(index: faiss.Index, spec: IndexSpec, step: int) -> None:
         spec.nprobe = step
 
 
-def build_and_measure(
+def build_or_instead(
     vectors: np.ndarray,
-    spec: IndexSpec,
+    index_spec: str,
     min_recall: float,
     seed: int = 0,
     budget: float = AUTO_BUDGET_SECONDS,
     fallback: bool = False,
 ) -> BuiltIndex:
-    """Build the index, measure recall@10 (tuning efSearch/nprobe where asked) and refuse it below ``min_recall``;
-    with ``fallback`` (a compaction, which must fold its log) or for ``auto`` (its HNSW graph), take
-    :func:`fallback_spec`'s index instead, its ``info["fallback"]`` saying which index missed the recall, by how
-    much, and what was taken."""
+    """The index ``index_spec`` names, built over ``vectors`` and measured (:func:`build_and_measure`), or
+    :func:`fallback_spec`'s where these rows cannot make it: it needs more rows than they are
+    (:func:`too_few_rows`, or FAISS's training: :class:`Unbuildable`), or its recall@10 stays below ``min_recall``
+    (:class:`BelowRecall`). With ``fallback`` (a compaction, which must fold its log) any such index gives way, else
+    ``auto``'s graph below the recall alone (a spec given by hand is refused). ``info["fallback"]`` says it in one
+    shape: ``index`` (as described in a manifest's ``index.spec``), then ``recall_at_10`` and ``min_recall``, or
+    ``unbuildable`` (the refusal's words), and ``instead``, the kind taken."""
+    spec = read_spec(index_spec, len(vectors), vectors.shape[1])
+    index, choice = spec.describe(), None  # as given: the build that misses the recall says the index it tuned
+    refused: InvalidQuery
     try:
-        return _build_and_measure(vectors, spec, min_recall, seed, budget)
+        if short := too_few_rows(spec, len(vectors)):
+            raise Unbuildable(f"index spec {index_spec.strip()!r}: {short}")
+        return build_and_measure(vectors, spec, min_recall, seed, budget)
     except BelowRecall as exc:
         if not (fallback or spec.kind == "auto"):
             raise
-        instead = fallback_spec(len(vectors), spec.kind)
-        note(f"{exc.message}; building {instead.kind} instead")
-        built = _build_and_measure(vectors, instead, min_recall, seed, budget)
-        if exc.choice is not None:
-            built.info["choice"] = exc.choice
-        built.info["fallback"] = {
-            "index": exc.index,
-            "recall_at_10": round(exc.recall, 4),
-            "min_recall": min_recall,
-            "instead": instead.kind,
-        }
-        return built
+        refused, index, choice = exc, exc.index, exc.choice
+        why: dict[str, Any] = {"recall_at_10": round(exc.recall, 4), "min_recall": min_recall}
+    except Unbuildable as exc:
+        if not fallback:
+            raise
+        refused, why = exc, {"unbuildable": exc.message}
+    instead = fallback_spec(len(vectors), spec.kind)
+    note(f"{refused.message}; building {instead.kind} instead")
+    built = build_and_measure(vectors, instead, min_recall, seed, budget)
+    if choice is not None:
+        built.info["choice"] = choice
+    built.info["fallback"] = {"index": index, **why, "instead": instead.kind}
+    return built
 
 
-def _build_and_measure(vectors: np.ndarray, spec: IndexSpec, min_recall: float, seed: int, budget: float) -> BuiltIndex:
+def build_and_measure(
+    vectors: np.ndarray, spec: IndexSpec, min_recall: float, seed: int = 0, budget: float = AUTO_BUDGET_SECONDS
+) -> BuiltIndex:
+    """Build the index, measure recall@10 (tuning efSearch/nprobe where asked) and refuse it below ``min_recall``
+    (:class:`BelowRecall`); :class:`Unbuildable` where FAISS cannot train or fill it over these rows."""
     started = time.perf_counter()
     if spec.kind == "flat":  # exact search runs on the stored matrix: no index, and no copy of the vectors
         info: dict[str, Any] = {"spec": spec.describe(), "faiss_description": "IndexFlatIP"}

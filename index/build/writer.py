@@ -16,9 +16,9 @@ import numpy as np
 
 from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.clean import clean
-from index.build.index_choice import IndexSpec, Unbuildable, build_and_measure, check_spec, fallback_spec, parse_spec
+from index.build.index_choice import IndexSpec, build_and_measure, build_or_instead, check_spec, parse_spec
 from index.build.sources import RawTable
-from index.errors import ArtifactError, InvalidQuery, counted
+from index.errors import ArtifactError, counted
 from index.progress import Progress, duration, note
 from index.store import artifact
 from index.store.metadata import METADATA, metadata_file
@@ -67,25 +67,6 @@ def built_with(index_spec: str, min_recall: float, seed: int, budget: float) -> 
     return {"index": index_spec, "min_recall": min_recall, "seed": seed, "budget_seconds": budget}
 
 
-def _spec(index_spec: str, rows: int, dim: int, fallback: bool) -> tuple[IndexSpec, str | None]:
-    """``index_spec`` parsed for ``rows`` rows, and None; with ``fallback`` (a compaction), a spec these rows cannot
-    build (an IVF of more lists than rows, product codes of more centroids than rows: a table that deletes took below
-    them) gives way to :func:`fallback_spec`'s index, with the refusal's words, as one below its recall does."""
-    try:
-        return parse_spec(index_spec, rows, dim), None
-    except InvalidQuery as exc:
-        if not fallback:
-            raise
-        return _instead(index_spec, rows, exc), exc.message
-
-
-def _instead(index_spec: str, rows: int, refused: InvalidQuery) -> IndexSpec:
-    """The index a compaction takes where ``index_spec`` cannot be built over ``rows`` rows, said."""
-    instead = fallback_spec(rows, index_spec.split(":")[0])
-    note(f"{refused.message}; building {instead.kind} instead")
-    return instead
-
-
 def build_table(
     raw: RawTable,
     *,
@@ -111,9 +92,8 @@ def build_table(
     for 400,000 x 50, 2,289 MiB for 2,000,000 x 300); a caller that uses them afterwards gives a copy. Rows that
     cannot be written (a read-only array, one mapped from Ray's object store) are copied first.
     ``empty``: a table of no rows is built (a shard a compaction left without documents) rather than refused.
-    ``fallback``: an index below ``min_recall`` (``index_choice.build_and_measure``), or one these rows cannot build
-    (:func:`_spec`, ``Unbuildable``), is replaced by the one ``auto`` takes rather than refused (a compaction, which
-    must fold its log).
+    ``fallback``: an index below ``min_recall``, or one these rows cannot build, is replaced by the one ``auto``
+    takes rather than refused (a compaction, which must fold its log: ``index_choice.build_or_instead``).
 
     With ``defer_index`` an approximate index is not built now: the table is published for exact search at once,
     with the index spec recorded under ``index.deferred`` for :func:`index_table` (which ``embedding-serve`` runs
@@ -128,8 +108,7 @@ def build_table(
     note(f"cleaning and normalising {counted(len(raw.tokens), 'row')} ...")
     raw, report = clean(raw, source.get("path", name), drop_invalid=drop_invalid, allow_empty=empty)
     unit, norms = normalise(raw.matrix if raw.matrix.flags.writeable else raw.matrix.copy())
-    spec, unbuildable = _spec(index_spec, len(unit), unit.shape[1], fallback)
-    if defer_index and spec.kind != "flat":
+    if defer_index and parse_spec(index_spec, len(unit), unit.shape[1]).kind != "flat":
         built = build_and_measure(unit, IndexSpec(kind="flat"), min_recall=min_recall)
         built.info["deferred"] = {"spec": index_spec, "min_recall": min_recall, "budget_seconds": budget, "seed": seed}
         note(
@@ -137,15 +116,7 @@ def build_table(
             f"in the background by `embedding-serve` or by `embedding-index index {name}`"
         )
     else:
-        try:
-            built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed, budget=budget, fallback=fallback)
-        except Unbuildable as exc:  # what FAISS alone refuses over these rows (a factory string's IVF): as above
-            if not fallback:
-                raise
-            spec, unbuildable = _instead(index_spec, len(unit), exc), exc.message
-            built = build_and_measure(unit, spec, min_recall=min_recall, seed=seed, budget=budget)
-    if unbuildable is not None:
-        built.info["fallback"] = {"index": index_spec, "unbuildable": unbuildable, "instead": spec.kind}
+        built = build_or_instead(unit, index_spec, min_recall, seed=seed, budget=budget, fallback=fallback)
     note(f"writing {artifact.table_dir(data_dir, name)} ...")
     with artifact.staging(data_dir, name, force=force, complete=complete) as tmp:
         np.save(tmp / artifact.VECTORS, unit, allow_pickle=False)
@@ -238,14 +209,13 @@ def _index_version(
     if not checked.ok:
         raise ArtifactError(f"table {name!r}: " + "; ".join(checked.problems))
     vectors = np.load(directory / artifact.VECTORS, mmap_mode="r")
-    spec = parse_spec(spec_text, len(vectors), vectors.shape[1])
     # An option not given: the deferred build's, else the table's as its manifest's build records them (what a
     # compaction builds with), else the default.
     recorded = {**manifest.get("build", {}), **deferred}
     min_recall = min_recall if min_recall is not None else recorded.get("min_recall", 0.95)
     seed = seed if seed is not None else recorded.get("seed", 0)
     budget = budget if budget is not None else recorded.get("budget_seconds", AUTO_BUDGET_SECONDS)
-    built = build_and_measure(vectors, spec, min_recall=min_recall, seed=seed, budget=budget)
+    built = build_or_instead(vectors, spec_text, min_recall, seed=seed, budget=budget)
     note(f"writing the new version of {directory} ...")
 
     def write(tmp: Path) -> None:

@@ -190,13 +190,23 @@ def furthest_fallback(fallbacks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return min(fallbacks, key=lambda fallback: fallback.get("recall_at_10", -1.0))
 
 
+def merged_index(indexes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A sharded table's ``index`` from its shards' (in shard order): the first shard's where every shard has an
+    index of one kind (their search parameters, each tuned on its shard's rows, may differ); else, where shards
+    built different ones (a compaction that took exact search in place of one shard's index), ``{"kind": "mixed",
+    "shards": [...]}``, each shard's."""
+    if len({index.get("kind") for index in indexes}) == 1:
+        return indexes[0]
+    return {"kind": "mixed", "shards": list(indexes)}
+
+
 def merged_summary(name: str, parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The summary of the sharded table ``name`` from its shards' summaries ``parts`` (in shard order), as
     ``Table.summary`` gives each in one process or a shard's server answers it (``GET /v1/tables/<shard>``):
 
     - ``rows`` summed; ``shards`` their count and rows; ``documents.fields`` each field's ``non_null`` summed (each
-      document is on one shard); ``index``, ``dim``, ``kind``, ``source`` and the rest of ``documents`` the first
-      shard's (every shard's, from one import);
+      document is on one shard); ``index`` by :func:`merged_index`; ``dim``, ``kind``, ``source`` and the rest of
+      ``documents`` the first shard's (every shard's, from one import);
     - ``recall_at_10`` the lowest of the shards' (each measured on its own rows when it was built; None if one has
       none), ``built_at`` the latest;
     - ``metadata_columns`` empty; no ``model``, ``transformer`` or ``index_deferred``; ``index_fallback`` by
@@ -211,7 +221,7 @@ def merged_summary(name: str, parts: Sequence[dict[str, Any]]) -> dict[str, Any]
         "rows": sum(part["rows"] for part in parts),
         "dim": first["dim"],
         "kind": first["kind"],
-        "index": first["index"],
+        "index": merged_index([part["index"] for part in parts]),
         "recall_at_10": None if None in recalls else min(r for r in recalls if r is not None),
         "source": first["source"],
         "metadata_columns": [],

@@ -95,6 +95,17 @@ def log_path(data_dir: Path, name: str) -> Path:
     return Path(data_dir) / DIRECTORY / f"{artifact.check_name(name)}{SUFFIX}"
 
 
+# How long a compaction waits for another of the same table to let its lock go, by default (``compact --wait``, and
+# the server's background compaction): a large table's compaction takes minutes on a busy machine.
+COMPACTION_WAIT_SECONDS = 600.0
+
+
+def compaction_lock(data_dir: Path, name: str) -> Path:
+    """The file table ``name``'s compactions lock, one at a time (``index.build.compact.locked``), beside its log:
+    ``<data-dir>/.writes/<name>.compacting``; it holds the process id of the compaction holding it."""
+    return log_path(data_dir, name).with_suffix(".compacting")
+
+
 def remove_logs(data_dir: Path, name: str) -> None:
     """Delete a table's write log and the file its last cut replaced; a sharded table's: its shards'. The replaced
     files go first: stopped midway, this never leaves one without its log (a reader that has read no log reads the

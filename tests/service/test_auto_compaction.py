@@ -264,7 +264,7 @@ def test_a_background_compaction_that_gives_up_on_the_lock_says_what_the_server_
     shutil.copytree(lee_data_dir / "lee", data / "lee")
     with writelog.appending(writelog.log_path(data, "lee")) as log:
         log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
-    monkeypatch.setattr(compacting, "WAIT_SECONDS", 0.5)
+    monkeypatch.setattr(writelog, "COMPACTION_WAIT_SECONDS", 0.5)  # the command's default, the server's wait
     with caplog.at_level(logging.INFO, logger="service.compacting"), locked(data, "lee"):
         assert compacting.AutoCompaction(data, 1, 0)._compact("lee") is not None
     [said] = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]
@@ -318,6 +318,45 @@ def test_a_compaction_that_keeps_failing_is_tried_again_later_each_time_until_it
             assert artifact.read_manifest(data / "lee")["log_sequence"] == 1
             url = f"{server.base}/v1/tables/lee"
             real_server.wait_for(lambda: real_server.HTTP.get(url).json()["rows"] == 299, what="the compacted version")
+
+
+def test_a_version_published_by_hand_ends_the_wait_after_a_failed_compaction(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """A background compaction failed (its write log immutable), so the server waits before the next: an hour here
+    (``EMBEDDING_COMPACT_SECONDS=3600``). Its operator removes the cause and compacts the table by hand
+    (``embedding-index compact``, the server running): the server took the new version, but the writes after it
+    waited out the rest of that hour. A version published since the failure ends the wait: those writes are
+    compacted as soon as they call for it, as a table's that never failed, and the server says why."""
+    from tests.service.test_write_durability import immutable
+
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    with writelog.appending(path) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": "1", "EMBEDDING_COMPACT_SECONDS": "3600"}
+    failed, compacted = (
+        ("embedding_compactions_total", "lee", "failed"),
+        ("embedding_compactions_total", "lee", "compacted"),
+    )
+    with contextlib.ExitStack() as cause:
+        cause.enter_context(immutable(path))
+        with real_server.running(data, tmp_path / "serve.log", env=env) as server:
+            real_server.wait_for(lambda: failed in compactions(server.base), seconds=SECONDS, what="a failure")
+            assert "and is tried again in 3600s" in server.log()
+            cause.close()
+            done = run_cli("compact", "lee", "--data-dir", data)  # the operator's, by hand
+            assert done.code == 0 and artifact.read_manifest(data / "lee")["log_sequence"] == 1, done
+            with writelog.appending(path) as log:  # a write after it, which calls for a compaction at once
+                log.append(2, {"op": "delete", "ids": [lee_docs.ids[2]]})
+            real_server.wait_for(lambda: compacted in compactions(server.base), seconds=SECONDS, what="its compaction")
+            assert compactions(server.base)[failed] == 1
+            assert artifact.read_manifest(data / "lee")["log_sequence"] == 2
+            assert "table 'lee': a new version was published (" in server.log()
+            url = f"{server.base}/v1/tables/lee"
+            real_server.wait_for(lambda: real_server.HTTP.get(url).json()["rows"] == 298, what="the compacted version")
 
 
 def seconds_between(earlier: str, later: str) -> float:

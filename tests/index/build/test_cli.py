@@ -794,18 +794,18 @@ def test_index_builds_the_newest_version_when_a_compaction_publishes_one_meanwhi
     the index was built made it fail (``table 'lee' was rebuilt while its index was being built; nothing
     replaced``). It builds the index of the newest version again, and keeps the writes the compaction folded in."""
     from index.build.compact import compact
-    from index.build.index_choice import build_and_measure
+    from index.build.index_choice import build_or_instead
 
     data, _ = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
     builds: list[int] = []
 
-    def build_and_measure_once_compacted(vectors: np.ndarray, *args: object, **kwargs: object) -> object:
+    def build_once_compacted(vectors: np.ndarray, *args: object, **kwargs: object) -> object:
         builds.append(len(vectors))
         if len(builds) == 1:  # the server's compaction publishes its version while the index is built
             assert compact(data, "lee")["written"] == 1
-        return build_and_measure(vectors, *args, **kwargs)  # type: ignore[arg-type]
+        return build_or_instead(vectors, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(writer, "build_and_measure", build_and_measure_once_compacted)
+    monkeypatch.setattr(writer, "build_or_instead", build_once_compacted)
     with progress_lines() as stream:
         writer.index_table(data, "lee", index_spec="flat")
     assert builds == [len(lee_docs.ids), len(lee_docs.ids) - 1, len(lee_docs.ids) - 1]  # index, compaction, index
@@ -815,6 +815,30 @@ def test_index_builds_the_newest_version_when_a_compaction_publishes_one_meanwhi
     manifest = artifact.read_manifest(data / "lee")
     assert (manifest["rows"], manifest["log_sequence"], manifest["index"]["spec"]["kind"]) == (299, 1, "flat")
     assert artifact.verify(data / "lee").ok
+
+
+def test_the_compaction_lock_and_its_default_wait_are_the_store_s(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """The compaction lock's file and its default wait are defined once, beside the write log in the store
+    (``writelog.compaction_lock``, ``writelog.COMPACTION_WAIT_SECONDS``), where the server, which runs the command
+    without importing the builder, reads the wait too (it stated 600 s a second time): the command's default is
+    that one, and a lock held on that file is the one a compaction does not take."""
+    import fcntl
+    import inspect
+
+    assert inspect.signature(compact_command).parameters["wait"].default == writelog.COMPACTION_WAIT_SECONDS
+    data, path = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
+    lock = writelog.compaction_lock(data, "lee")
+    assert lock == path.with_suffix(".compacting")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        done = run_cli("compact", "lee", "--data-dir", data, "--wait", "0")
+    finally:
+        os.close(fd)
+    assert done.code == 1 and "another compaction of it holds its lock, and --wait 0" in done.err, done
+    assert run_cli("compact", "lee", "--data-dir", data, "--wait", "0").code == 0
 
 
 def test_compact_waits_for_another_compaction_at_most_its_wait(
@@ -900,13 +924,13 @@ def test_index_gives_up_on_a_table_compacted_anew_every_time_its_index_is_built(
     published in every round made it build the newest version's index again, without end. It builds at most
     ``artifact.ROUNDS`` indexes, then says why it stopped, the newest version left as the compaction published it."""
     from index.build.compact import compact
-    from index.build.index_choice import build_and_measure
+    from index.build.index_choice import build_or_instead
 
     data, path = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
     builds: list[int] = []
     compacting: list[int] = []
 
-    def build_and_measure_compacted(vectors: np.ndarray, *args: object, **kwargs: object) -> object:
+    def build_compacted(vectors: np.ndarray, *args: object, **kwargs: object) -> object:
         if not compacting:  # the index's build, not the compaction's
             builds.append(len(vectors))
             assert len(builds) <= 2 * artifact.ROUNDS, "index never stops"
@@ -918,9 +942,9 @@ def test_index_gives_up_on_a_table_compacted_anew_every_time_its_index_is_built(
             compact(data, "lee")
             del artifact.changed[said:]  # another process's publish: not the command's own
             compacting.pop()
-        return build_and_measure(vectors, *args, **kwargs)  # type: ignore[arg-type]
+        return build_or_instead(vectors, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(writer, "build_and_measure", build_and_measure_compacted)
+    monkeypatch.setattr(writer, "build_or_instead", build_compacted)
     with progress_lines() as stream:
         done = run_cli("index", "lee", "--index", "flat", "--data-dir", data, quiet=False)
     said = "a newer version of 'lee' was published while its index was built; indexing it ..."

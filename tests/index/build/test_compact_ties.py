@@ -21,6 +21,7 @@ from index.build.index_choice import (
     AUTO_TARGET_RECALL,
     IndexSpec,
     build_and_measure,
+    build_or_instead,
     fallback_spec,
     parse_spec,
 )
@@ -33,6 +34,7 @@ from index.store import artifact, shardmap, writelog
 from tests.cli import run_cli
 from tests.lee import Lee, jsonl_records, write_jsonl
 from tests.logs import recovered
+from tests.service import real_server
 from tests.vectors import unit
 
 WRITTEN = 16_000
@@ -121,7 +123,7 @@ def test_auto_falls_back_to_ivf_when_its_graph_misses_the_recall(
     rows = np.ascontiguousarray(unit(lee_docs.vectors[np.arange(AUTO_FLAT_BELOW) % 300]).astype(np.float32))
     small = IndexSpec(kind="hnsw", m=4, ef_construction=16, target_recall=AUTO_TARGET_RECALL)
     monkeypatch.setattr(index_choice, "choose_auto", lambda *_: (small, {"chosen": "hnsw"}))
-    built = build_and_measure(rows, parse_spec("auto", len(rows), rows.shape[1]), min_recall=0.95)
+    built = build_or_instead(rows, "auto", min_recall=0.95)
     assert built.info["spec"]["kind"] == "ivf" and built.info["recall_at_10"] >= AUTO_TARGET_RECALL
     assert built.info["choice"] == {"chosen": "hnsw"}
     assert built.info["fallback"]["index"]["M"] == 4 and built.info["fallback"]["recall_at_10"] < 0.95
@@ -148,8 +150,7 @@ def test_the_ivf_taken_instead_is_tuned_to_a_min_recall_above_auto_s_target(glov
     """A compaction of 100,000 rows whose graph (its efSearch fixed by hand) misses a ``--min-recall`` of 0.999: the
     IVF taken instead raises its nprobe until it reaches 0.999, not only auto's 0.99, else it too is refused and the
     log grows at every write."""
-    graph = parse_spec("hnsw:M=4,efConstruction=16,efSearch=16", len(glove_100k), glove_100k.shape[1])
-    built = build_and_measure(glove_100k, graph, min_recall=0.999, fallback=True)
+    built = build_or_instead(glove_100k, "hnsw:M=4,efConstruction=16,efSearch=16", min_recall=0.999, fallback=True)
     assert built.info["spec"]["kind"] == "ivf" and built.info["recall_at_10"] >= 0.999
     assert built.info["fallback"]["index"]["efSearch"] == 16 and built.info["fallback"]["min_recall"] == 0.999
 
@@ -161,7 +162,7 @@ def test_auto_s_graph_is_tuned_to_a_min_recall_above_its_target_before_it_gives_
     stopped at 0.99 and replaced by IVF as if it could not reach the recall asked."""
     graph = IndexSpec(kind="hnsw", m=16, ef_construction=40, target_recall=AUTO_TARGET_RECALL)
     monkeypatch.setattr(index_choice, "choose_auto", lambda *_: (graph, {"chosen": "hnsw"}))
-    built = build_and_measure(glove_100k, parse_spec("auto", len(glove_100k), 50), min_recall=0.995)
+    built = build_or_instead(glove_100k, "auto", min_recall=0.995)
     assert built.info["spec"]["kind"] == "hnsw" and built.info["recall_at_10"] >= 0.995
     assert "fallback" not in built.info
 
@@ -219,7 +220,9 @@ def test_a_compaction_whose_index_its_rows_cannot_build_folds_the_log_into_exact
 ) -> None:
     """Deletes take the Lee table below what its recorded index needs (200 lists, or 256 codes per sub-quantiser,
     over 150 rows): the compaction folds the log all the same, into exact search, and says why, as one below its
-    recall does; the table's own index stays recorded for the next compaction."""
+    recall does; the table's own index stays recorded for the next compaction. ``index.fallback`` names the index
+    as one below its recall does, described as the manifest's ``index.spec`` describes an index (it was the spec's
+    text, and one below its recall the description: two types under one key)."""
     shutil.copytree(lee_data_dir / "lee", tmp_path / "lee")
     index_table(tmp_path, "lee", index_spec=spec)
     path = logged(tmp_path, [{"op": "delete", "ids": lee_docs.ids[150:]}])
@@ -228,14 +231,25 @@ def test_a_compaction_whose_index_its_rows_cannot_build_folds_the_log_into_exact
     manifest = artifact.read_manifest(tmp_path / "lee")
     assert manifest["rows"] == 150 and manifest["index"]["exact"] is True and manifest["build"]["index"] == spec
     fallback = manifest["index"]["fallback"]
-    assert fallback["index"] == spec and fallback["instead"] == "flat"
+    described = {
+        "ivf:nlist=200": {"kind": "ivf", "nlist": 200, "nprobe": None},
+        "ivfpq:nlist=8,m=10": {
+            **{"kind": "ivfpq", "nlist": 8, "nprobe": None, "m": 10, "nbits": 8, "opq": False, "rerank": 8},
+            "code_bytes_per_row": 10,
+        },
+        "IVF200,Flat": {"kind": "factory", "factory": "IVF200,Flat"},
+    }
+    assert fallback["index"] == described[spec] and fallback["instead"] == "flat"
+    assert sorted(fallback) == ["index", "instead", "unbuildable"]
     whys = {
         "ivf:nlist=200": "nlist 200 is more than the 150 rows",
         "ivfpq:nlist=8,m=10": "150 rows cannot train 256 codes",
         "IVF200,Flat": "Number of training points (150) should be at least as large as number of clusters (200)",
     }  # the last FAISS's alone, refused as it trains: the compaction failed at every try, its log growing
     assert whys[spec] in fallback["unbuildable"]
-    assert done.out.rstrip().endswith(f"; index flat in place of {json.dumps(spec)}: {fallback['unbuildable']}")
+    assert done.out.rstrip().endswith(
+        f"; index flat in place of {json.dumps(described[spec])}: {fallback['unbuildable']}"
+    ), done.out
     assert recovered(path) == []
 
 
@@ -267,4 +281,34 @@ def test_a_sharded_compaction_s_line_names_the_shard_whose_index_its_rows_cannot
     assert [("fallback" in shard) for shard in shards] == [False, True, False], shards
     fallback = ShardedTable.load(data / "lee").summary()["index_fallback"]
     assert fallback == shards[1]["fallback"] and "nlist 60 is more than the 50 rows" in fallback["unbuildable"]
-    assert done.out.rstrip().endswith(f"; index flat in place of {json.dumps(spec)}: {fallback['unbuildable']}")
+    assert fallback["index"] == {"kind": "ivf", "nlist": 60, "nprobe": None}
+    line = f"; index flat in place of {json.dumps(fallback['index'])}: {fallback['unbuildable']}"
+    assert done.out.rstrip().endswith(line), done.out
+    # The summary's ``index``, from a real server (the table and the list): the shards serve ivf, flat and ivf, so
+    # it says they differ, each shard's; it said the first shard's ivf, as if every shard had its index.
+    with real_server.running(data, tmp_path / "serve.log") as server:
+        summary = real_server.HTTP.get(f"{server.base}/v1/tables/lee").json()
+        [listed] = real_server.HTTP.get(f"{server.base}/v1/tables").json()["tables"]
+    served = [artifact.read_manifest(data / "lee" / shardmap.shard_name(s))["index"]["spec"] for s in range(3)]
+    assert [index["kind"] for index in served] == ["ivf", "flat", "ivf"]
+    assert summary["index"] == listed["index"] == {"kind": "mixed", "shards": served}, summary
+    assert summary["index_fallback"] == fallback and summary["approximate"] is True
+
+
+def test_a_manifest_written_before_the_fallback_had_one_shape_shows_the_same_index_fallback(
+    lee_data_dir: Path, tmp_path: Path
+) -> None:
+    """A compaction of the release before recorded an index its rows could not build by the spec's text
+    (``{"index": "ivf:nlist=200", "unbuildable": ..., "instead": "flat"}``): such a manifest still loads, the
+    summary shows its ``index_fallback`` as it was, and a line that says it names the spec as it did."""
+    from index.build.cli import taken_instead
+
+    shutil.copytree(lee_data_dir / "lee", tmp_path / "lee")
+    directory = tmp_path / "lee"
+    manifest = artifact.read_manifest(directory)
+    old = {"index": "ivf:nlist=200", "unbuildable": "index spec 'ivf:nlist=200': nlist 200 is more than the 150 rows"}
+    old["instead"] = "flat"
+    artifact.write_manifest(directory, {**manifest, "index": {**manifest["index"], "fallback": old}})
+    assert artifact.verify(directory).ok
+    assert Table.load(directory).summary()["index_fallback"] == old
+    assert taken_instead(old) == f'; index flat in place of "ivf:nlist=200": {old["unbuildable"]}'

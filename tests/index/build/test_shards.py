@@ -120,6 +120,33 @@ def test_the_summary_says_the_lowest_of_the_shards_recall(data_dir: Path, monkey
     assert table.summary()["recall_at_10"] == 0.93 and table.approximate
 
 
+def test_the_summary_says_each_shard_s_index_where_their_kinds_differ(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Served whole, a sharded table's ``index`` is its first shard's where every shard's index is of one kind (an
+    IVF's nprobe tuned on each shard's rows may differ), and each shard's, as ``{"kind": "mixed", "shards": [...]}``,
+    where a shard has another (one a compaction rebuilt as exact search): it said the first shard's IVF whatever the
+    others searched."""
+    table = ShardedTable.load(data_dir / "lee3", checksums=False)
+
+    def served(shard: int, spec: dict[str, object]) -> None:
+        manifest = table.shards[shard].manifest
+        monkeypatch.setitem(manifest, "index", {**manifest["index"], "spec": spec})
+
+    for shard, nprobe in enumerate((2, 3, 4)):
+        served(shard, {"kind": "ivf", "nlist": 4, "nprobe": nprobe})
+    assert table.summary()["index"] == {"kind": "ivf", "nlist": 4, "nprobe": 2}
+    served(1, {"kind": "flat", "factory": "Flat"})
+    assert table.summary()["index"] == {
+        "kind": "mixed",
+        "shards": [
+            {"kind": "ivf", "nlist": 4, "nprobe": 2},
+            {"kind": "flat", "factory": "Flat"},
+            {"kind": "ivf", "nlist": 4, "nprobe": 4},
+        ],
+    }
+
+
 def test_the_summary_says_the_latest_of_the_shards_build_times(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Served whole, a sharded table's ``built_at`` is the latest of its shards' (what its front, which sees only
     the shards, says), not its own manifest's, written a moment after its last shard's."""

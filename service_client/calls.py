@@ -385,6 +385,14 @@ def _check_fits(documents: Sequence[dict[str, Any]], encoded: Sequence[bytes], l
         raise _refused(422, "invalid_request", documents, *min(found))
 
 
+def check_unembedded(documents: Sequence[dict[str, Any]], limits: dict[str, Any]) -> None:
+    """What :func:`upsert_many` refuses of ``documents`` before their vectors are made (a store embedding their
+    texts asks it first, so that a write refused pays no embedding): an id twice, a text or id over the server's
+    ``limits``, a document whose JSON without its vector is already over ``max_body_bytes``; its errors."""
+    _check_once(documents)
+    _check_fits(documents, [_encoded(_document(d)) for d in documents], limits)
+
+
 def _refused(
     status: int, code: str, documents: Sequence[dict[str, Any]], at: int, problem: str, limit: str
 ) -> ApiError:

@@ -3,7 +3,9 @@ the defaults (``max_batch`` 50, ``max_k`` 50, a 32 KiB body limit) answers ``Cli
 documents, LangChain's ``get_by_ids``, LlamaIndex's ``get_nodes`` and writes of all 300 as a server with the
 default limits does, where the clients' default sizes (1,024 ids, 256 documents, 2 MiB, pages of 100) are each a
 422 or a 413; a refusal of a request over any published limit names it (``"limit"`` in its error), and no other
-refusal does; a front reads its shard's limits again when the shard refuses a request for one."""
+refusal does; a front reads its shard's limits again when the shard refuses a request for one. A write the client
+can tell no request would take (a document over a limit, a vector of another length than the table's) is refused
+before any request writes."""
 
 from __future__ import annotations
 
@@ -789,6 +791,45 @@ def test_a_vector_of_another_length_is_refused_before_anything_is_written(
     assert problem == f"a vector of {lengths[first]} values; the table's have 50"
     assert error.message == f"documents[{first}] (id 'w{first}'): {problem}; nothing was written"
     assert refused[1].message == error.message
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_llamaindex_nodes_of_another_embedding_length_are_refused_before_anything_is_written(
+    servers: tuple[str, str], lee_docs: Lee, asynchronous: bool
+) -> None:
+    """LlamaIndex's ``add`` and ``async_add`` of 300 nodes whose 290th embedding has 49 values (an index embedded
+    with another model): refused before any node is sent, naming ``documents[289]``; none is written."""
+    url = servers[0]
+    nodes = [
+        TextNode(id_=f"w{i}", text=text, embedding=np.resize(vector, 49 if i == 289 else 50).tolist())
+        for i, (text, vector) in enumerate(zip(lee_docs.texts, lee_docs.vectors, strict=True))
+    ]
+    sent: list[str] = []
+
+    async def record(response: httpx.Response) -> None:
+        sent.append(response.request.url.path)
+
+    async def add(client: Client) -> None:
+        async with httpx.AsyncClient(base_url=url, event_hooks={"response": [record]}) as http:
+            await EmbeddingSearchVectorStore(
+                client, "notes", async_client=AsyncClient(url, http=http, api_key=KEY)
+            ).async_add(nodes)
+
+    new = [node.node_id for node in nodes]
+    try:
+        with httpx.Client(base_url=url, event_hooks={"response": [lambda r: sent.append(r.request.url.path)]}) as h:
+            client = Client(url, http=h, api_key=KEY)
+            with pytest.raises(ApiError) as refused:
+                asyncio.run(add(client)) if asynchronous else EmbeddingSearchVectorStore(client, "notes").add(nodes)
+        assert not any(path.endswith("/documents") for path in sent), sent
+        with Client(url, api_key=KEY) as reader:
+            assert reader.documents("notes", new)["missing"] == new
+    finally:
+        with Client(url, api_key=KEY) as writer_client:
+            writer_client.delete_many("notes", new)
+    assert refused.value.message == (
+        "documents[289] (id 'w289'): a vector of 49 values; the table's have 50; nothing was written"
+    )
 
 
 def test_a_table_replaced_with_another_dimension_is_read_again_before_a_write_is_refused(

@@ -326,7 +326,8 @@ class Client:
         sent again in halves, each halved again while refused; an id that comes twice is a ValueError before any
         request, and so is a document no request can hold (its id over ``max_token_chars``, its text over
         ``max_text_chars``, its JSON alone over ``max_body_bytes``): the server's error for it (422 or 413, its
-        ``limit`` named)."""
+        ``limit`` named), and a vector of another length than the table's dimension (``GET /v1/tables/{table}``,
+        read once and kept, and again before such a refusal): the server's 422 for it."""
         return self._run(calls.upsert_many(table, documents, self._known))
 
     def delete_many(self, table: str, ids: Sequence[str | int]) -> list[dict[str, Any]]:

@@ -15,7 +15,19 @@ import numpy as np
 from service_client import maps
 from service_client.maps import MapColours
 from service_client.request import ANSWER_LIMIT, ENCODE_LIMIT, Call, Request
-from service_client.runs import Batch, Known, Scan, batch_size, batched, by_bytes, halved, in_runs, limits, scanned
+from service_client.runs import (
+    Batch,
+    Known,
+    Scan,
+    batch_size,
+    batched,
+    by_bytes,
+    described,
+    halved,
+    in_runs,
+    limits,
+    scanned,
+)
 from service_client.shapes import (
     READ_DOCUMENTS,
     WRITE_DOCUMENTS,
@@ -341,8 +353,10 @@ def upsert_many(table: str, documents: Sequence[dict[str, Any]], known: Known) -
     answers: list[dict[str, Any]] = []
     if not documents:
         return answers
-    encoded = [_encoded(_document(d)) for d in documents]
+    sent = [_document(d) for d in documents]
+    encoded = [_encoded(d) for d in sent]
     _check_fits(documents, encoded, (yield from limits(known)))
+    yield from _check_dimension(table, sent, known)
 
     def write(start: int, end: int, sized: bool, halves: str | None) -> Call[ApiError | None]:
         body = write_body(encoded[start:end])
@@ -385,14 +399,53 @@ def _check_fits(documents: Sequence[dict[str, Any]], encoded: Sequence[bytes], l
         raise _refused(422, "invalid_request", documents, *min(found))
 
 
+def check_unembedded(documents: Sequence[dict[str, Any]], limits: dict[str, Any]) -> None:
+    """What :func:`upsert_many` refuses of ``documents`` before their vectors are made (a store embedding their
+    texts asks it first, so that a write refused pays no embedding): an id twice, a text or id over the server's
+    ``limits``, a document whose JSON without its vector is already over ``max_body_bytes``; its errors."""
+    _check_once(documents)
+    _check_fits(documents, [_encoded(_document(d)) for d in documents], limits)
+
+
+def _dimension_refused(documents: Sequence[dict[str, Any]], described: dict[str, Any]) -> ApiError | None:
+    """The server's refusal of the first of ``documents`` whose vector's length is not the dimension of the
+    documents table so ``described`` (``GET /v1/tables/{table}``); None when each has it, or has no vector."""
+    dim = described.get("dim")
+    if described.get("kind") != "documents" or not isinstance(dim, int):
+        return None  # the server's to refuse
+    for at, document in enumerate(documents):
+        vector = document.get("vector")
+        if vector is not None and len(vector) != dim:
+            values = f"{len(vector):,} value{'' if len(vector) == 1 else 's'}"
+            return _refused(422, "invalid_request", documents, at, f"a vector of {values}; the table's have {dim}")
+    return None
+
+
+def _check_dimension(table: str, documents: Sequence[dict[str, Any]], known: Known) -> Call[None]:
+    """Refuse a vector whose length is not the table's dimension before anything is written: the server would
+    refuse it only in its own request, after the requests before it wrote theirs. The table's description is read
+    once and kept (:func:`described`), and read again before a refusal by the kept one, in case the table was
+    replaced since (a table replaced with another dimension after that is the server's to refuse)."""
+    if all(document.get("vector") is None for document in documents):
+        return
+    kept = table in known.tables
+    refused = _dimension_refused(documents, (yield from described(table, known)))
+    if refused is not None and kept:
+        del known.tables[table]
+        refused = _dimension_refused(documents, (yield from described(table, known)))
+    if refused is not None:
+        raise refused
+
+
 def _refused(
-    status: int, code: str, documents: Sequence[dict[str, Any]], at: int, problem: str, limit: str
+    status: int, code: str, documents: Sequence[dict[str, Any]], at: int, problem: str, limit: str | None = None
 ) -> ApiError:
-    """The server's refusal of ``documents[at]`` for ``limit``, named among the write's documents."""
+    """The server's refusal of ``documents[at]`` (for ``limit``), named among the write's documents."""
     ident = repr(documents[at].get("id"))
     shown = ident if len(ident) <= 60 else f"{ident[:56]}...{ident[-1]}"
-    message = f"documents[{at}] (id {shown}): {problem} (the server's {limit}); nothing was written"
-    return ApiError(status, code, message, {"limit": limit, "document": at})
+    cause = "" if limit is None else f" (the server's {limit})"
+    message = f"documents[{at}] (id {shown}): {problem}{cause}; nothing was written"
+    return ApiError(status, code, message, {"document": at} if limit is None else {"limit": limit, "document": at})
 
 
 def _check_once(documents: Sequence[dict[str, Any]]) -> None:

@@ -15,7 +15,9 @@ whole, as JSON, in the table's string field ``metadata`` (so it comes back as it
 metadata key that is also a field of the table is written to that field too, where ``filter`` (the server's
 filter language) can test it; a table without that field keeps only what its fields hold (other keys are a
 ValueError before any text is embedded). Ids are strings (a table of string ids).
-Without an ``embedding``, texts are embedded by the table's encoder on the server.
+Without an ``embedding``, texts are embedded by the table's encoder on the server; with one, a write the client
+refuses before any request (an id twice, a text or id over the server's limits, :meth:`Client.upsert_many`) is
+refused before any text is embedded.
 
 The async methods (``aadd_texts``, ``asimilarity_search``, ``adelete``, ...) are the store's own, over an
 :class:`~service_client.AsyncClient` like ``client`` (made on first use on each event loop; ``aclose()`` closes
@@ -38,6 +40,7 @@ from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from service_client import ApiError, AsyncClient, Client, Hit
 from service_client.async_client import LoopClient
+from service_client.calls import check_unembedded
 from service_client.stored import METADATA, among, is_id, metadata_of, plain, unkept
 
 
@@ -66,6 +69,12 @@ def _ids(texts: list[str], metadatas: list[dict[str, Any]] | None, ids: list[str
     if not len(texts) == len(metadatas) == len(ids):  # before the texts are embedded
         raise ValueError(f"texts: {len(texts)}, metadatas: {len(metadatas)}, ids: {len(ids)}: give one of each a text")
     return ids
+
+
+def _embedded(documents: list[dict[str, Any]], vectors: list[list[float]]) -> None:
+    """Give each of ``documents`` its vector, of an embedding's ``embed_documents`` of their texts."""
+    for document, vector in zip(documents, vectors, strict=True):
+        document["vector"] = vector
 
 
 def _delete_filter(ids: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any] | None:
@@ -152,17 +161,12 @@ class EmbeddingSearchStore(VectorStore):
         return rows
 
     @staticmethod
-    def _rows(
-        ids: list[str], texts: list[str], fields: list[dict[str, Any]], vectors: list[list[float]] | None
-    ) -> list[dict[str, Any]]:
-        """The documents to write of the texts."""
-        documents = []
-        for i, (ident, text, values) in enumerate(zip(ids, texts, fields, strict=True)):
-            document: dict[str, Any] = {"id": ident, "text": text, "fields": values}
-            if vectors is not None:
-                document["vector"] = vectors[i]
-            documents.append(document)
-        return documents
+    def _rows(ids: list[str], texts: list[str], fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The documents to write of the texts, without their vectors (:func:`_embedded`)."""
+        return [
+            {"id": ident, "text": text, "fields": values}
+            for ident, text, values in zip(ids, texts, fields, strict=True)
+        ]
 
     def _document(self, hit: Hit | dict[str, Any]) -> Document:
         ident, text, fields = (
@@ -183,9 +187,11 @@ class EmbeddingSearchStore(VectorStore):
     ) -> list[str]:
         texts = list(texts)
         ids = _ids(texts, metadatas, ids)
-        fields = self._fields(self.documents(), texts, ids, metadatas)
-        vectors = self.embedding.embed_documents(texts) if self.embedding is not None else None
-        self.client.upsert_many(self.table, self._rows(ids, texts, fields, vectors))
+        rows = self._rows(ids, texts, self._fields(self.documents(), texts, ids, metadatas))
+        if self.embedding is not None:
+            check_unembedded(rows, self.client.limits())  # a write refused pays no embedding
+            _embedded(rows, self.embedding.embed_documents(texts))
+        self.client.upsert_many(self.table, rows)
         return ids
 
     async def aadd_texts(
@@ -198,9 +204,11 @@ class EmbeddingSearchStore(VectorStore):
     ) -> list[str]:
         texts = list(texts)
         ids = _ids(texts, metadatas, ids)
-        fields = self._fields(await self.adocuments(), texts, ids, metadatas)
-        vectors = await self.embedding.aembed_documents(texts) if self.embedding is not None else None
-        await self.async_client.upsert_many(self.table, self._rows(ids, texts, fields, vectors))
+        rows = self._rows(ids, texts, self._fields(await self.adocuments(), texts, ids, metadatas))
+        if self.embedding is not None:
+            check_unembedded(rows, await self.async_client.limits())
+            _embedded(rows, await self.embedding.aembed_documents(texts))
+        await self.async_client.upsert_many(self.table, rows)
         return ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:

@@ -377,6 +377,43 @@ def test_a_document_too_big_for_any_request_is_refused_before_anything_is_writte
     everything(store)
 
 
+# A text to add no request can hold, the 900th of 1,000: (its id, its text, the server's limit it is over).
+UNWRITABLE = (
+    ("n899", "word " * 20_001, "max_text_chars"),
+    ("i" * 1025, "a note", "max_token_chars"),
+    ("n899", "word " * 900_000, "max_body_bytes"),  # over max_text_chars too: the body is checked first
+)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize(("ident", "text", "limit"), UNWRITABLE)
+async def test_a_text_the_server_would_refuse_is_refused_before_any_text_is_embedded(
+    server_url: str, asynchronous: bool, ident: str, text: str, limit: str
+) -> None:
+    """1,000 texts to add whose 900th no request can hold (its text over ``max_text_chars``, its id over
+    ``max_token_chars``, its JSON over ``max_body_bytes``): refused before the embedding embeds any of them, with
+    the error the server answers for it (status, code, limit), named among the write's documents; none written."""
+    embedding = CountedEmbedding(size=DIM)
+    store = empty_store(server_url, embedding)
+    texts = [f"note {i}" for i in range(1000)]
+    ids = [f"n{i}" for i in range(1000)]
+    texts[899], ids[899] = text, ident
+    try:
+        with pytest.raises(ApiError) as refused:
+            await store.aadd_texts(texts, ids=ids) if asynchronous else store.add_texts(texts, ids=ids)
+        assert embedding.embedded == 0
+        assert store.get_by_ids(["n0", "n898", "n900"]) == []
+        with pytest.raises(ApiError) as alone:
+            store.client.upsert_documents("lc", [{"id": ident, "text": text, "vector": [1.0] * DIM}])
+    finally:
+        await store.aclose()
+    error = refused.value
+    assert (error.status, error.code, error.limit) == (alone.value.status, alone.value.code, limit)
+    shown = repr(ident) if len(ident) < 60 else f"'{ident[:55]}...'"
+    assert error.message.startswith(f"documents[899] (id {shown}): ") and error.details["document"] == 899
+    assert error.message.endswith(f"(the server's {limit}); nothing was written")
+
+
 def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missing(server_url: str) -> None:
     """Metadata values of NumPy (scalars, arrays, inside lists and dicts too) are written as JSON's numbers,
     booleans and lists, a datetime as its ISO 8601 string (the timestamp field ``published`` too), as LlamaIndex

@@ -3,7 +3,9 @@ the defaults (``max_batch`` 50, ``max_k`` 50, a 32 KiB body limit) answers ``Cli
 documents, LangChain's ``get_by_ids``, LlamaIndex's ``get_nodes`` and writes of all 300 as a server with the
 default limits does, where the clients' default sizes (1,024 ids, 256 documents, 2 MiB, pages of 100) are each a
 422 or a 413; a refusal of a request over any published limit names it (``"limit"`` in its error), and no other
-refusal does; a front reads its shard's limits again when the shard refuses a request for one."""
+refusal does; a front reads its shard's limits again when the shard refuses a request for one. A write the client
+can tell no request would take (a document over a limit, a vector of another length than the table's) is refused
+before any request writes."""
 
 from __future__ import annotations
 
@@ -329,11 +331,13 @@ def test_the_clients_follow_a_servers_lowered_limits(tmp_path: Path, notes: Path
         restart(PHASES[1])
         written = client.upsert_many("notes", expected["documents"][:WRITTEN])
         assert sum(answer["upserted"] for answer in written) == WRITTEN
-        assert refused_then_resized(sent, "/v1/tables/notes/documents", 413)
+        assert sent[0] == ("/v1/tables/notes", 200)  # the table's dimension, read by each client's first write
+        assert refused_then_resized(sent[1:], "/v1/tables/notes/documents", 413)
         sent.clear()
         written = await aclient.upsert_many("notes", expected["documents"][WRITTEN : 2 * WRITTEN])
         assert sum(answer["upserted"] for answer in written) == WRITTEN
-        assert refused_then_resized(sent, "/v1/tables/notes/documents", 413)
+        assert sent[0] == ("/v1/tables/notes", 200)
+        assert refused_then_resized(sent[1:], "/v1/tables/notes/documents", 413)
         restart(PHASES[2])
         assert client.documents("notes", ids, vector=True) == expected
         assert refused_then_resized(sent, "/v1/tables/notes/documents/get", 422) and len(sent) == 2 + 300 // 20
@@ -724,6 +728,129 @@ def test_an_id_over_the_servers_length_is_refused_before_anything_is_written(
         f"documents[289] (id '{'i' * 55}...'): id: String should have at most {MAX_TOKEN_CHARS} characters "
         "(the server's max_token_chars); nothing was written"
     )
+
+
+# Vectors of 300 new documents (the table's have 50 values) and the first a write refuses: one of 49 values in the
+# write's second request, or the vectors of the write's second half a value longer than the first half's.
+LENGTHS = (([50] * 289 + [49] + [50] * 10, 289), ([50] * 150 + [51] * 150, 150))
+
+
+@pytest.mark.parametrize("writer", WRITERS[:2])
+@pytest.mark.parametrize(("lengths", "first"), LENGTHS)
+def test_a_vector_of_another_length_is_refused_before_anything_is_written(
+    servers: tuple[str, str], lee_docs: Lee, writer: str, lengths: list[int], first: int
+) -> None:
+    """A write whose vectors are not all of the table's dimension is refused before any document is sent (the
+    server refuses such a vector in its own request only, after the requests before it wrote theirs), naming the
+    first such document among the write's and both lengths as the server's error for it does; none is written.
+    The table's dimension is read once per client (``GET /v1/tables/notes``), and again before a refusal by it."""
+    url = servers[0]
+    new = [f"w{i}" for i in range(300)]
+    documents = [
+        {"id": ident, "text": text, "vector": np.resize(vector, size).tolist()}
+        for ident, text, vector, size in zip(new, lee_docs.texts, lee_docs.vectors, lengths, strict=True)
+    ]
+    sent: list[str] = []
+
+    async def record(response: httpx.Response) -> None:
+        sent.append(response.request.url.path)
+
+    async def write() -> list[ApiError]:
+        refused = []
+        async with httpx.AsyncClient(base_url=url, event_hooks={"response": [record]}) as http:
+            client = AsyncClient(url, http=http, api_key=KEY)
+            for _ in range(2):
+                with pytest.raises(ApiError) as raised:
+                    await client.upsert_many("notes", documents)
+                refused.append(raised.value)
+        return refused
+
+    try:
+        if writer == "Client":
+            refused = []
+            with httpx.Client(base_url=url, event_hooks={"response": [lambda r: sent.append(r.request.url.path)]}) as h:
+                client = Client(url, http=h, api_key=KEY)
+                for _ in range(2):
+                    with pytest.raises(ApiError) as raised:
+                        client.upsert_many("notes", documents)
+                    refused.append(raised.value)
+        else:
+            refused = asyncio.run(write())
+        with Client(url, api_key=KEY) as reader:
+            assert reader.documents("notes", new)["missing"] == new
+            with pytest.raises(ApiError) as alone:
+                reader.upsert_documents("notes", documents[first : first + 1])
+    finally:
+        with Client(url, api_key=KEY) as writer_client:
+            writer_client.delete_many("notes", new)
+    # no document sent; the table read by the first write, and again before the second refuses by what it read
+    assert sent == ["/v1/limits", "/v1/tables/notes", "/v1/tables/notes"]
+    error = refused[0]
+    assert (error.status, error.code, error.details) == (alone.value.status, alone.value.code, {"document": first})
+    problem = alone.value.message.removeprefix(f"documents[0] (id 'w{first}'): ")
+    assert problem == f"a vector of {lengths[first]} values; the table's have 50"
+    assert error.message == f"documents[{first}] (id 'w{first}'): {problem}; nothing was written"
+    assert refused[1].message == error.message
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_llamaindex_nodes_of_another_embedding_length_are_refused_before_anything_is_written(
+    servers: tuple[str, str], lee_docs: Lee, asynchronous: bool
+) -> None:
+    """LlamaIndex's ``add`` and ``async_add`` of 300 nodes whose 290th embedding has 49 values (an index embedded
+    with another model): refused before any node is sent, naming ``documents[289]``; none is written."""
+    url = servers[0]
+    nodes = [
+        TextNode(id_=f"w{i}", text=text, embedding=np.resize(vector, 49 if i == 289 else 50).tolist())
+        for i, (text, vector) in enumerate(zip(lee_docs.texts, lee_docs.vectors, strict=True))
+    ]
+    sent: list[str] = []
+
+    async def record(response: httpx.Response) -> None:
+        sent.append(response.request.url.path)
+
+    async def add(client: Client) -> None:
+        async with httpx.AsyncClient(base_url=url, event_hooks={"response": [record]}) as http:
+            await EmbeddingSearchVectorStore(
+                client, "notes", async_client=AsyncClient(url, http=http, api_key=KEY)
+            ).async_add(nodes)
+
+    new = [node.node_id for node in nodes]
+    try:
+        with httpx.Client(base_url=url, event_hooks={"response": [lambda r: sent.append(r.request.url.path)]}) as h:
+            client = Client(url, http=h, api_key=KEY)
+            with pytest.raises(ApiError) as refused:
+                asyncio.run(add(client)) if asynchronous else EmbeddingSearchVectorStore(client, "notes").add(nodes)
+        assert not any(path.endswith("/documents") for path in sent), sent
+        with Client(url, api_key=KEY) as reader:
+            assert reader.documents("notes", new)["missing"] == new
+    finally:
+        with Client(url, api_key=KEY) as writer_client:
+            writer_client.delete_many("notes", new)
+    assert refused.value.message == (
+        "documents[289] (id 'w289'): a vector of 49 values; the table's have 50; nothing was written"
+    )
+
+
+def test_a_table_replaced_with_another_dimension_is_read_again_before_a_write_is_refused(
+    servers: tuple[str, str], lee_docs: Lee
+) -> None:
+    """A client that read the table's dimension before the table was replaced with vectors of another length
+    reads it again before refusing a write by it: vectors of the table's dimension now are written."""
+    url = servers[0]
+    documents = [{"id": "again", "text": "fire", "vector": lee_docs.vectors[0].tolist()}]
+    sent: list[str] = []
+    hooks = {"response": [lambda response: sent.append(response.request.url.path)]}
+    try:
+        with httpx.Client(base_url=url, event_hooks=hooks) as http:
+            client = Client(url, http=http, api_key=KEY)
+            client._known.tables["notes"] = {**client.table("notes"), "dim": 49}  # as read before the replacement
+            sent.clear()
+            assert [answer["upserted"] for answer in client.upsert_many("notes", documents)] == [1]
+        assert sent == ["/v1/limits", "/v1/tables/notes", "/v1/tables/notes/documents"]
+    finally:
+        with Client(url, api_key=KEY) as client:
+            client.delete_many("notes", ["again"])
 
 
 def test_the_largest_document_a_request_holds_is_the_servers(servers: tuple[str, str], lee_docs: Lee) -> None:

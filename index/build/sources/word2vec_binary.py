@@ -10,8 +10,9 @@ shifts its row's values: the newline after them lands inside the next row's toke
 those word2vec.c writes before each), which is refused, naming the token with the space when its row, read to a
 later space, ends at that newline. Without the newlines (gensim writes none), the next row's token is read from
 inside the values before it: when it holds what no word holds and reads as a word with the token before ending at a
-later space, the token with the space is named (``_spaced``); when it is a word, the file is also one of those
-tokens, read so by gensim too. A token that is not
+later space, whose values then read as more floats of an embedding's magnitudes (not so for a token of latin-1 bytes
+after values that hold a space byte), the token with the space is named (``_spaced``); when it is a word, the file
+is also one of those tokens, read so by gensim too. A token that is not
 UTF-8 is refused even with ``--drop-invalid`` (only ``--unicode-errors replace`` keeps it): here it mostly means
 a wrong dimension in the header, each row then read from inside the previous one's values.
 """
@@ -234,19 +235,25 @@ def _decode(path: Path, rows: Rows, options: ReadOptions, out: list[str]) -> int
 def _spaced(rows: Rows, i: int) -> str:
     """Why row ``i``'s token holds bytes no word holds, when the token before held a space: its row's values were
     read from inside it, and this token from inside those values (a file without the newline after each row, as
-    gensim writes it, has no other sign of it). Read with the token before ending at a later space, this token is a
-    word: the refusal names the token with the space. "" when no such reading is found."""
+    gensim writes it, has no other sign of it). Read with the token before ending at a later space, the next token is
+    a word: the refusal names the token with the space. "" when no such reading is found."""
     # The row before is in an earlier chunk; or the file has the newline after each row, which a token with a space
     # would have put inside this token (refused by ``_locate``), not before it
     if i == 0 or rows.tokens[i].startswith(b"\n"):
         return ""
-    token, start = rows.tokens[i], rows.starts[i - 1]
-    values = rows.data[start : start + rows.width]
+    data, start, width = rows.data, rows.starts[i - 1], rows.width
+    values = data[start : start + width]
     space = values.find(b" ")
-    while 0 <= space < len(token) - 1:
-        rest, following = values[:space], token[space + 1 :]
-        if rest and _word(rest) and _word(following):
-            spaced = (rows.tokens[i - 1].lstrip(b"\n") + b" " + rest).decode()
+    while space >= 0:
+        # The token before read on to this space: its values after it, then the next token, to its own space (past
+        # this token as read, when that ended at a space byte of those values). The values so read must hold more
+        # floats of an embedding's magnitudes than as read: else they were the row's own, and this token holds
+        # bytes of another encoding (latin-1's), not the values' last bytes.
+        rest, after = values[:space], start + space + 1 + width
+        end = data.find(b" ", after, after + MAX_TOKEN + 1)
+        following, shifted = data[after : max(end, after)], data[after - width : after]
+        if rest and following and _word(rest) and _word(following) and _floats(shifted) > _floats(values):
+            spaced = (rows.tokens[i - 1].lstrip(b"\n") + b" " + rest).decode("utf-8", "replace")
             return (
                 f"row {rows.first + i} (byte offset {rows.offsets[i - 1]:,}): the token {spaced!r} holds a space, "
                 "which a word2vec binary file cannot hold (a token ends at its first space, as word2vec.c and "
@@ -254,6 +261,14 @@ def _spaced(rows: Rows, i: int) -> str:
             )
         space = values.find(b" ", space + 1)
     return ""
+
+
+def _floats(values: bytes) -> int:
+    """How many of the float32 values of ``values`` are of an embedding's magnitudes (0, or 2**-40 to 2**40 either
+    side of it, by their exponent bits): a row's values read from a byte that does not start them mostly are not."""
+    bits = np.frombuffer(values, dtype="<u4") & 0x7FFFFFFF
+    exponent = bits >> 23
+    return int(np.count_nonzero((bits == 0) | ((exponent >= 127 - 40) & (exponent < 127 + 40))))
 
 
 def _word(piece: bytes) -> bool:

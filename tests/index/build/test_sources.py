@@ -289,6 +289,22 @@ def test_a_token_with_a_space_in_a_file_gensim_wrote_is_refused_naming_it(
         assert said in import_fails(path, data_dir, *extra)
 
 
+def test_a_spaced_token_whose_next_token_ends_inside_its_values_is_named(
+    tmp_path: Path, data_dir: Path, glove_rows
+) -> None:
+    """'new york' as GloVe's 103rd token in a file gensim wrote: the next token, read from inside the values before
+    it, ends at a space byte of those values ('\\xbe&\\x1e'), before the word after them ('him'). It was named as
+    row 104's token not UTF-8, and with --unicode-errors replace stopped with a traceback; now the token with the
+    space is named."""
+    tokens, matrix = glove_rows
+    tokens = [*tokens[:102], "new york", *tokens[103:400]]
+    path = _gensim_binary(tmp_path / "spaced.bin", tokens, matrix[:400])
+    offset = len("400 50\n") + sum(len(t.encode()) + 1 + 4 * 50 for t in tokens[:102])
+    said = f"spaced.bin: row 103 (byte offset {offset:,}): the token 'new york' holds a space"
+    for extra in ([], ["--unicode-errors", "replace"]):
+        assert said in import_fails(path, data_dir, *extra)
+
+
 def test_a_spaced_token_is_read_as_gensim_reads_it_when_the_next_token_is_a_word(tmp_path: Path, glove_rows) -> None:
     """Where the token read after a token with a space is a word, the file is also a file of those tokens: gensim
     reads it so, and so does the import. Here the values' last bytes are ">ab=>" (0.185 as the last value), which
@@ -301,6 +317,48 @@ def test_a_spaced_token_is_read_as_gensim_reads_it_when_the_next_token_is_a_word
     raw, _ = read_source(path)
     assert raw.tokens == ["alpha", "new", ">ab=>beta"]
     assert_same_as_gensim(path, raw, binary=True)
+
+
+# GloVe's tokens, one after another in a word2vec binary file of latin-1 tokens written as gensim writes (no
+# newlines): the second's first bytes, read from the first's values with the space byte among them, made a word
+# of the first token and a word after it ("marxism-leninism 2" and "\ufffdelebi"); the last six are no such pair in
+# GloVe, but were in a file of its latin-1 tokens with an ASCII one between each two.
+LATIN1_PAIRS = (
+    ("marxism-leninism", "\u00e7elebi"),
+    ("philippus", "a\u00e9rea"),
+    ("inactivates", "gr\u00fcnberg"),
+    ("47.08", "b\u00f6cklin"),
+    ("paran\u00e1", "k\u00f6nigsberg"),
+    ("horn\u00ed", "schl\u00e4fli"),
+    ("eichst\u00e4tt", "m\u00e8re"),
+    ("solskj\u00e6r", "pi\u00e8ces"),
+    ("c\u00f4te-nord", "\u00e5kerlund"),
+    ("h\u00f6lle", "\u00e9omer"),
+)
+
+
+def test_a_latin1_binary_file_without_newlines_reads_as_gensim_reads_it(
+    tmp_path: Path, data_dir: Path, glove_raw: RawTable
+) -> None:
+    """Tokens of latin-1, not UTF-8, in a file without newlines: with --unicode-errors replace, the tokens and rows
+    gensim reads (``unicode_errors="replace"``), each byte no UTF-8 holds a U+FFFD. A token of such bytes after a
+    token whose values hold a space byte was refused as the token before holding a space ('marxism-leninism 2'),
+    or, when that token was no UTF-8 either, a traceback: the values of the row before read from after that space
+    are floats no row holds. Without --unicode-errors replace, the first such token is named as not UTF-8."""
+    at = {token: i for i, token in enumerate(glove_raw.tokens)}
+    tokens = [*glove_raw.tokens[:100], *(token for pair in LATIN1_PAIRS for token in pair)]
+    matrix = glove_raw.matrix[[*range(100), *(at[token] for token in tokens[100:])]]
+    body = b"".join(t.encode("latin-1") + b" " + r.astype("<f4").tobytes() for t, r in zip(tokens, matrix, strict=True))
+    path = tmp_path / "latin1.bin"
+    path.write_bytes(f"{len(tokens)} 50\n".encode() + body)
+    raw, _ = read_source(path, options=ReadOptions(unicode_errors="replace"))
+    assert raw.tokens[100:102] == ["marxism-leninism", "\ufffdelebi"]
+    assert_same_as_gensim(path, raw, binary=True, unicode_errors="replace")
+    refused = import_fails(path, data_dir)
+    assert (
+        "latin1.bin: row 102 (byte offset " in refused
+        and "token is not valid UTF-8 (byte 0xe7 at position 0)" in refused
+    )
 
 
 def test_tokens_with_spaces_glove_840b_style(tmp_path: Path, data_dir: Path, glove_rows) -> None:

@@ -475,7 +475,7 @@ export class DocumentSearch {
         shared.size ? el("span", { class: "muted ds-shared" }, `${common.size} shared word${common.size === 1 ? "" : "s"}`) : null,
         el("button", {
           type: "button", class: "secondary small ds-more", onclick: () => this.searchFrom(String(hit.id)),
-          "aria-label": `More like ${hit.id}`,
+          "aria-label": `more like this: ${hit.id}`, // the words shown first: a voice command names them
         }, "more like this")),
       values);
     if (hit.text) {
@@ -562,6 +562,8 @@ function valuePicker(el, name, stats, onChange) {
     more = el("button", { type: "button", class: "secondary small ds-more-values" }, `${hidden} more`);
     more.addEventListener("click", () => {
       for (const b of boxes) b.chip.hidden = false;
+      // The button goes: the focus it held goes to the first value it showed, not to the top of the page.
+      if (more === document.activeElement) boxes[CHIPS_SHOWN].input.focus();
       more.remove();
     });
     chips.append(more);

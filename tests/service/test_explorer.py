@@ -29,7 +29,7 @@ import pytest
 from bench.common import free_port
 from index.engine.table import Table
 from tests.minilm import MINILM
-from tests.service.browser import Watched, launched, save_screenshot
+from tests.service.browser import Watched, launched, ring_contrast, save_screenshot
 from tests.service.real_server import HTTP
 
 WORDS_TABLE = "small"
@@ -451,11 +451,14 @@ def test_keyboard_focus_is_visible_and_controls_are_labelled(server: str, watche
     # The two rows of export buttons (the same three names) are told apart by their groups' names.
     for group in ("Export this map", "Export the highlighted rows, or the rows in view"):
         assert page.get_by_role("group", name=group).get_by_role("button", name="vectors.tsv").count() == 1
-    page.keyboard.press("Tab")
-    focused = page.evaluate("document.activeElement.id")
-    assert focused == "table"
-    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
-    assert outline != "none"
+    # The picker, the word, its button (filled with the accent): each ring stands out from the background around
+    # it (WCAG AA: 3:1 for what shows the focus).
+    for expected in ("table", "word", "find"):
+        page.keyboard.press("Tab")
+        focused = page.evaluate("document.activeElement.id || document.activeElement.textContent.toLowerCase()")
+        assert focused == expected
+        assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") != "none"
+        assert ring_contrast(page) >= 3, (expected, ring_contrast(page))
     watched.assert_clean()
 
 

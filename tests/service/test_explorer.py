@@ -1203,7 +1203,9 @@ def test_a_failed_export_is_reported_under_its_buttons_and_the_maps_stay(server:
     page.wait_for_selector("#tm-canvas[data-ready=true]")
     page.evaluate("explorer.tableMap.select(0)")
     page.click("#tm-export [data-export=metadata]")
-    page.wait_for_selector("#tm-export-out [role=alert] >> text=network error")
+    page.wait_for_selector("#tm-export-out [role=alert] >> text=could not be reached")
+    # A lost connection says what happened and what to do, as every card says it (here the server gone mid-use).
+    assert page.inner_text("#tm-export-out").endswith("check that it is running, then try again")
     assert page.locator("#table-map[data-selected='0'] .tm-panel .scores li").count() == 8
     page.click("#map-form button[type=submit]")  # the word map drawn again: the error about the one before goes
     page.wait_for_function("() => document.getElementById('map-export-out').innerText === ''")

@@ -402,7 +402,7 @@ export class DocumentSearch {
     const { el, errorBox } = this.deps;
     const error = data?.error || {};
     const box = errorBox(error);
-    box.append(el("p", { class: "muted ds-code" }, `${error.code || "error"} · HTTP ${status || "—"}`));
+    if (status) box.append(el("p", { class: "muted ds-code" }, `${error.code || "error"} · HTTP ${status}`));
     if (error.code === "unknown_document" && this.example) {
       box.append(el("p", { class: "muted" }, `Ids are as the documents were imported, e.g. ${this.example}.`));
     }

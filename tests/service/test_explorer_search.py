@@ -495,6 +495,14 @@ def test_bad_filters_and_unknown_documents_show_the_api_error(
     assert page.locator("#ds-out .error p").first.inner_text() == missing["message"]
     assert page.inner_text("#ds-out .ds-code") == "unknown_document · HTTP 404"
     watched.assert_clean(expected_404=("/documents/lee-999", f"/{DOCS}/search"), expected_422=(f"/{DOCS}/search",))
+    page.route(f"**/{DOCS}/search", lambda route: route.abort())  # the server gone mid-use: what to do, no status
+    page.fill("#ds-id", FIRST)
+    page.press("#ds-id", "Enter")
+    settle(page)
+    message = page.inner_text("#ds-out .error p")
+    assert message.startswith("network error: the server could not be reached (Failed to fetch)")
+    assert message.endswith("check that it is running, then try again")
+    assert page.locator("#ds-out .ds-code").count() == 0 and len(watched.failed) == 1
 
 
 ENCODER = """async ([words, path]) => {

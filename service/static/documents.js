@@ -358,6 +358,7 @@ export class DocumentSearch {
     const id = state.doc || this.example;
     const ticket = ++this.ticket;
     out.removeAttribute("aria-busy"); // of a run this one overtakes; set again while this one asks
+    this.$("ds-said").textContent = ""; // said again once this run is answered; an error is said by its alert
     if (!id && !text) return this.deps.show(out, el("p", { class: "muted" }, "Give a document id to search from."));
     let filter = null;
     const spec = (state.filter || "").trim();
@@ -396,6 +397,9 @@ export class DocumentSearch {
     this.last = { body, status: answer.status, data: answer.data };
     if (!answer.ok) return this.deps.show(out, this.failure(answer), this.request(body));
     this.deps.show(out, ...this.results(body, answer.data, query), this.request(body));
+    // The hits are said in one line: read out whole (their texts, fields and buttons) they were a page long.
+    const count = out.querySelector(".ds-count").textContent;
+    this.$("ds-said").textContent = `${query.id ? "More like" : "Nearest to"} ${query.label}: ${count}`;
   }
 
   failure({ status, data }) {

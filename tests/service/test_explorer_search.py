@@ -405,10 +405,14 @@ def test_the_keyboard_goes_on_from_the_next_page(server: str, watched: Watched) 
 
 
 def test_the_card_reads_and_works_without_a_mouse(server: str, watched: Watched) -> None:
-    """A hit's "more like this" is named by the words it shows, then its id (a voice command says the words); a
-    field's "N more" hands the focus to the first value it shows, so Tab goes on through them, not past them; a
-    chip's count is legible checked or not (WCAG AA, 4.5:1 for its small text)."""
+    """A search is said in one line, its count, not read out hit by hit; a hit's "more like this" is named by the
+    words it shows, then its id (a voice command says the words); a field's "N more" hands the focus to the first
+    value it shows, so Tab goes on through them, not past them; a chip's count is legible checked or not (WCAG AA,
+    4.5:1 for its small text)."""
     page = open_search(watched, server)
+    said = page.get_by_role("status")
+    assert said.count() == 1 and said.text_content() == f"More like {FIRST}: {page.text_content('#ds-out .ds-count')}"
+    assert page.eval_on_selector("#ds-out .ds-hits", "list => !list.closest('[aria-live], [role=status]')")
     for hit in shown_hits(page):
         button = page.get_by_role("button", name=f"more like this: {hit['id']}", exact=True)
         assert button.count() == 1 and button.inner_text() == "more like this"
@@ -424,6 +428,8 @@ def test_the_card_reads_and_works_without_a_mouse(server: str, watched: Watched)
     page.keyboard.press("Space")
     page.wait_for_function("() => new URLSearchParams(location.search).has('filter')")
     settle(page)
+    assert said.text_content() == f"More like {FIRST}: {page.text_content('#ds-out .ds-count')}"
+    assert "pass the filter" in said.text_content()
     checked = text_contrasts(page, "#ds-controls .ds-chip:has(input:checked) .ds-n")
     unchecked = text_contrasts(page, "#ds-controls .ds-chip:not([hidden]):has(input:not(:checked)) .ds-n")
     assert len(checked) == 1 and len(unchecked) > 9

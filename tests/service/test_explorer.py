@@ -459,6 +459,21 @@ def test_keyboard_focus_is_visible_and_controls_are_labelled(server: str, watche
         assert focused == expected
         assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") != "none"
         assert ring_contrast(page) >= 3, (expected, ring_contrast(page))
+    # Tab goes through the cards as the eye does on two columns, top to bottom (the whole table before the
+    # diagnostics below it), and on out of the page: no card is skipped, none holds the focus.
+    where = """() => { const card = document.activeElement.closest('section.card');
+                       return card && [card.id, card.getBoundingClientRect().top + scrollY]; }"""
+    cards: list[tuple[str, float]] = [tuple(page.evaluate(where))]  # the word's card
+    for _ in range(200):
+        page.keyboard.press("Tab")
+        card = page.evaluate(where)
+        if card is None:
+            break
+        if cards[-1][0] != card[0]:
+            cards.append((card[0], card[1]))
+    shown = page.eval_on_selector_all("section.card:not([hidden])", "cards => cards.map((c) => c.id)")
+    assert sorted(card for card, _ in cards) == sorted(shown), cards
+    assert [top for _, top in cards] == sorted(top for _, top in cards), cards
     watched.assert_clean()
 
 

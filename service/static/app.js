@@ -244,13 +244,15 @@ function readProj() {
   return [method, $("map-seed").value.trim(), param].join(",").replace(/,+$/, "");
 }
 
-/** A method the server cannot compute (its package is missing): the radio button is disabled and says why. */
+/** A method the server cannot compute (its package is missing): the radio button is disabled and says so in its
+ * label, read with its name (a tooltip alone reaches neither a screen reader nor a finger); the reason on hover. */
 function methodUnavailable(method, message) {
   const radio = $(`method-${method}`);
-  if (!radio) return;
+  if (!radio || radio.disabled) return;
   radio.disabled = true;
   radio.parentElement.title = message;
   radio.parentElement.classList.add("unavailable");
+  radio.parentElement.append(" (not on this server)");
 }
 
 /** The axes inputs as the URL keeps them ("a,b,c,d"), or "" for the other methods. */

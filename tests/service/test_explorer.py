@@ -1444,6 +1444,8 @@ def test_umap_draws_the_api_layout_and_a_missing_package_disables_it(
     page.unroute("**/project")
     page.check("#axes-pca")
     page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=/PC1/")
+    # The message is gone with the map; the radio button still says why it is off, in its name, not in a tooltip.
+    assert page.get_by_role("radio", name="UMAP (not on this server)", exact=True).is_disabled()
     watched.assert_clean(expected_422=("project",))
 
 

@@ -435,6 +435,16 @@ def test_phone_width_has_no_horizontal_scroll(server: str, browser: object, tmp_
         box = page.locator("#map-out svg").bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= client
         save_screenshot(page, "explorer-phone", tmp_path)
+        # A reader whose browser sets text to 32 px by default gets it (the page's sizes follow the default), and
+        # the page still does not scroll sideways: long method names and the whole table's controls wrap.
+        phone.context.new_cdp_session(page).send("Page.setFontSizes", {"fontSizes": {"standard": 32, "fixed": 26}})
+        page.reload()
+        page.wait_for_selector("#neighbours-out .scores")
+        page.wait_for_selector("#tm-canvas[data-ready=true]")
+        root, scroll = page.evaluate(
+            "[getComputedStyle(document.documentElement).fontSize, document.documentElement.scrollWidth]"
+        )
+        assert root == "32px" and scroll <= client, (root, scroll)
         phone.assert_clean()
     finally:
         phone.close()

@@ -2,7 +2,7 @@
 
 import { Contextual, DEFAULT_WORD } from "/static/contextual.js";
 import { DocumentSearch, textModes } from "/static/documents.js";
-import { statusMessage, TableMap } from "/static/tablemap.js";
+import { statusMessage, TableMap, unreachable } from "/static/tablemap.js";
 
 const K_NEIGHBOURS = 8;
 const K_ANALOGY = 5;
@@ -90,7 +90,7 @@ async function api(path, body) {
     const data = await response.json().catch(() => ({ error: { message: statusMessage(response) } }));
     return { ok: response.ok, status: response.status, data };
   } catch (err) {
-    return { ok: false, status: 0, data: { error: { message: `network error: ${err.message}` } } };
+    return { ok: false, status: 0, data: { error: { message: unreachable(err) } } };
   }
 }
 
@@ -244,13 +244,15 @@ function readProj() {
   return [method, $("map-seed").value.trim(), param].join(",").replace(/,+$/, "");
 }
 
-/** A method the server cannot compute (its package is missing): the radio button is disabled and says why. */
+/** A method the server cannot compute (its package is missing): the radio button is disabled and says so in its
+ * label, read with its name (a tooltip alone reaches neither a screen reader nor a finger); the reason on hover. */
 function methodUnavailable(method, message) {
   const radio = $(`method-${method}`);
-  if (!radio) return;
+  if (!radio || radio.disabled) return;
   radio.disabled = true;
   radio.parentElement.title = message;
   radio.parentElement.classList.add("unavailable");
+  radio.parentElement.append(" (not on this server)");
 }
 
 /** The axes inputs as the URL keeps them ("a,b,c,d"), or "" for the other methods. */
@@ -710,7 +712,7 @@ async function exportView(kind, table, rows, coordinates, box) {
       method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ rows, file: kind }),
     });
   } catch (err) {
-    box.replaceChildren(errorBox({ message: `network error: ${err.message}` }));
+    box.replaceChildren(errorBox({ message: unreachable(err) }));
     return;
   }
   if (!response.ok) {

@@ -10,7 +10,8 @@ export const DEFAULT_TEXTS = [
 export const DEFAULT_WORD = "bank";
 const K = 5; // nearest input rows per vector
 const STATIC_COLOUR = "#555555";
-const PALETTE = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f6d00"];
+// A text's colour is also its words' ink and their background under white: each is 4.5:1 or more against white.
+const PALETTE = ["#0072b2", "#bb5300", "#008460", "#bb4d8a", "#996a00", "#6a3d9a", "#7f6d00"];
 const SPECIAL = new Set(["[CLS]", "[SEP]", "[PAD]", "<s>", "</s>"]);
 
 /** The sentences of the text box: one a line, blank lines left out. */

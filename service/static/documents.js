@@ -358,6 +358,7 @@ export class DocumentSearch {
     const id = state.doc || this.example;
     const ticket = ++this.ticket;
     out.removeAttribute("aria-busy"); // of a run this one overtakes; set again while this one asks
+    this.$("ds-said").textContent = ""; // said again once this run is answered; an error is said by its alert
     if (!id && !text) return this.deps.show(out, el("p", { class: "muted" }, "Give a document id to search from."));
     let filter = null;
     const spec = (state.filter || "").trim();
@@ -396,13 +397,16 @@ export class DocumentSearch {
     this.last = { body, status: answer.status, data: answer.data };
     if (!answer.ok) return this.deps.show(out, this.failure(answer), this.request(body));
     this.deps.show(out, ...this.results(body, answer.data, query), this.request(body));
+    // The hits are said in one line: read out whole (their texts, fields and buttons) they were a page long.
+    const count = out.querySelector(".ds-count").textContent;
+    this.$("ds-said").textContent = `${query.id ? "More like" : "Nearest to"} ${query.label}: ${count}`;
   }
 
   failure({ status, data }) {
     const { el, errorBox } = this.deps;
     const error = data?.error || {};
     const box = errorBox(error);
-    box.append(el("p", { class: "muted ds-code" }, `${error.code || "error"} · HTTP ${status || "—"}`));
+    if (status) box.append(el("p", { class: "muted ds-code" }, `${error.code || "error"} · HTTP ${status}`));
     if (error.code === "unknown_document" && this.example) {
       box.append(el("p", { class: "muted" }, `Ids are as the documents were imported, e.g. ${this.example}.`));
     }
@@ -475,7 +479,7 @@ export class DocumentSearch {
         shared.size ? el("span", { class: "muted ds-shared" }, `${common.size} shared word${common.size === 1 ? "" : "s"}`) : null,
         el("button", {
           type: "button", class: "secondary small ds-more", onclick: () => this.searchFrom(String(hit.id)),
-          "aria-label": `More like ${hit.id}`,
+          "aria-label": `more like this: ${hit.id}`, // the words shown first: a voice command names them
         }, "more like this")),
       values);
     if (hit.text) {
@@ -562,6 +566,8 @@ function valuePicker(el, name, stats, onChange) {
     more = el("button", { type: "button", class: "secondary small ds-more-values" }, `${hidden} more`);
     more.addEventListener("click", () => {
       for (const b of boxes) b.chip.hidden = false;
+      // The button goes: the focus it held goes to the first value it showed, not to the top of the page.
+      if (more === document.activeElement) boxes[CHIPS_SHOWN].input.focus();
       more.remove();
     });
     chips.append(more);

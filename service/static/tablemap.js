@@ -36,6 +36,11 @@ export function statusMessage(response) {
   return `the server answered ${status}${retry ? `; try again in ${retry} s` : ""}`;
 }
 
+/** What a request that got no answer at all says (the server stopped, or the connection lost), and what to do. */
+export function unreachable(err) {
+  return `network error: the server could not be reached (${err.message}); check that it is running, then try again`;
+}
+
 /** base64 -> Uint8Array */
 function fromBase64(text) {
   const raw = atob(text);

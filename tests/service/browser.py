@@ -81,6 +81,48 @@ class Watched:
         self.context.close()
 
 
+# WCAG's contrast ratio of a text's colour (dimmed by its own and its ancestors' opacity) with the first opaque
+# background behind it, and of the focused element's outline with the background around it (the ring is drawn
+# outside the element).
+CONTRAST = """(mode, elements) => {
+  const rgba = (text) => { const v = text.match(/[\\d.]+/g).map(Number); return [v[0], v[1], v[2], v[3] ?? 1]; };
+  const linear = (v) => ((v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+  const lum = (c) => 0.2126 * linear(c[0]) + 0.7152 * linear(c[1]) + 0.0722 * linear(c[2]);
+  const ratio = (a, b) => {
+    const [hi, lo] = [lum(a), lum(b)].sort((x, y) => y - x);
+    return (hi + 0.05) / (lo + 0.05);
+  };
+  const behind = (node) => { // the first opaque background, and the opacity of the elements above it
+    let alpha = 1;
+    for (; node; node = node.parentElement) {
+      const style = getComputedStyle(node);
+      if (rgba(style.backgroundColor)[3] === 1) return [rgba(style.backgroundColor), alpha];
+      alpha *= Number(style.opacity);
+    }
+    return [[255, 255, 255, 1], alpha];
+  };
+  return elements.map((e) => {
+    if (mode === "ring") return ratio(rgba(getComputedStyle(e).outlineColor), behind(e.parentElement)[0]);
+    const [back, alpha] = behind(e);
+    const fore = rgba(getComputedStyle(e).color);
+    const a = fore[3] * alpha;
+    return ratio(fore.map((v, i) => v * a + back[i] * (1 - a)), back);
+  });
+}"""
+
+
+def text_contrasts(page: Any, selector: str) -> list[float]:
+    """The contrast ratio of each text ``selector`` matches with its background (WCAG AA: 4.5 for small text)."""
+    ratios: list[float] = page.eval_on_selector_all(selector, f"es => ({CONTRAST})('text', es)")
+    return ratios
+
+
+def ring_contrast(page: Any) -> float:
+    """The contrast ratio of the focused element's outline with the background around it (WCAG AA: 3)."""
+    ratio: float = page.evaluate(f"() => ({CONTRAST})('ring', [document.activeElement])[0]")
+    return ratio
+
+
 def save_screenshot(page, name: str, tmp_path: Path) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = tmp_path / f"{name}.png"

@@ -29,7 +29,7 @@ import pytest
 from bench.common import free_port
 from index.engine.table import Table
 from tests.minilm import MINILM
-from tests.service.browser import Watched, launched, save_screenshot
+from tests.service.browser import Watched, launched, ring_contrast, save_screenshot
 from tests.service.real_server import HTTP
 
 WORDS_TABLE = "small"
@@ -435,6 +435,16 @@ def test_phone_width_has_no_horizontal_scroll(server: str, browser: object, tmp_
         box = page.locator("#map-out svg").bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= client
         save_screenshot(page, "explorer-phone", tmp_path)
+        # A reader whose browser sets text to 32 px by default gets it (the page's sizes follow the default), and
+        # the page still does not scroll sideways: long method names and the whole table's controls wrap.
+        phone.context.new_cdp_session(page).send("Page.setFontSizes", {"fontSizes": {"standard": 32, "fixed": 26}})
+        page.reload()
+        page.wait_for_selector("#neighbours-out .scores")
+        page.wait_for_selector("#tm-canvas[data-ready=true]")
+        root, scroll = page.evaluate(
+            "[getComputedStyle(document.documentElement).fontSize, document.documentElement.scrollWidth]"
+        )
+        assert root == "32px" and scroll <= client, (root, scroll)
         phone.assert_clean()
     finally:
         phone.close()
@@ -451,11 +461,29 @@ def test_keyboard_focus_is_visible_and_controls_are_labelled(server: str, watche
     # The two rows of export buttons (the same three names) are told apart by their groups' names.
     for group in ("Export this map", "Export the highlighted rows, or the rows in view"):
         assert page.get_by_role("group", name=group).get_by_role("button", name="vectors.tsv").count() == 1
-    page.keyboard.press("Tab")
-    focused = page.evaluate("document.activeElement.id")
-    assert focused == "table"
-    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
-    assert outline != "none"
+    # The picker, the word, its button (filled with the accent): each ring stands out from the background around
+    # it (WCAG AA: 3:1 for what shows the focus).
+    for expected in ("table", "word", "find"):
+        page.keyboard.press("Tab")
+        focused = page.evaluate("document.activeElement.id || document.activeElement.textContent.toLowerCase()")
+        assert focused == expected
+        assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") != "none"
+        assert ring_contrast(page) >= 3, (expected, ring_contrast(page))
+    # Tab goes through the cards as the eye does on two columns, top to bottom (the whole table before the
+    # diagnostics below it), and on out of the page: no card is skipped, none holds the focus.
+    where = """() => { const card = document.activeElement.closest('section.card');
+                       return card && [card.id, card.getBoundingClientRect().top + scrollY]; }"""
+    cards: list[tuple[str, float]] = [tuple(page.evaluate(where))]  # the word's card
+    for _ in range(200):
+        page.keyboard.press("Tab")
+        card = page.evaluate(where)
+        if card is None:
+            break
+        if cards[-1][0] != card[0]:
+            cards.append((card[0], card[1]))
+    shown = page.eval_on_selector_all("section.card:not([hidden])", "cards => cards.map((c) => c.id)")
+    assert sorted(card for card, _ in cards) == sorted(shown), cards
+    assert [top for _, top in cards] == sorted(top for _, top in cards), cards
     watched.assert_clean()
 
 
@@ -1200,7 +1228,9 @@ def test_a_failed_export_is_reported_under_its_buttons_and_the_maps_stay(server:
     page.wait_for_selector("#tm-canvas[data-ready=true]")
     page.evaluate("explorer.tableMap.select(0)")
     page.click("#tm-export [data-export=metadata]")
-    page.wait_for_selector("#tm-export-out [role=alert] >> text=network error")
+    page.wait_for_selector("#tm-export-out [role=alert] >> text=could not be reached")
+    # A lost connection says what happened and what to do, as every card says it (here the server gone mid-use).
+    assert page.inner_text("#tm-export-out").endswith("check that it is running, then try again")
     assert page.locator("#table-map[data-selected='0'] .tm-panel .scores li").count() == 8
     page.click("#map-form button[type=submit]")  # the word map drawn again: the error about the one before goes
     page.wait_for_function("() => document.getElementById('map-export-out').innerText === ''")
@@ -1424,6 +1454,8 @@ def test_umap_draws_the_api_layout_and_a_missing_package_disables_it(
     page.unroute("**/project")
     page.check("#axes-pca")
     page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=/PC1/")
+    # The message is gone with the map; the radio button still says why it is off, in its name, not in a tooltip.
+    assert page.get_by_role("radio", name="UMAP (not on this server)", exact=True).is_disabled()
     watched.assert_clean(expected_422=("project",))
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from tests.minilm import MINILM, ST
 from tests.service import real_server
-from tests.service.browser import SCREENSHOTS, Watched, save_screenshot
+from tests.service.browser import SCREENSHOTS, Watched, save_screenshot, text_contrasts
 
 MODEL, TOKENS = ST, "minilm"
 BANK = ["the river bank was muddy", "she deposited money at the bank", "we fished from the bank of the river"]
@@ -130,6 +130,14 @@ def test_the_bank_view_shows_the_api_answer(server: str, api: httpx.Client, watc
     assert card.stat().st_size > 10_000
     save_screenshot(page, "contextual-page", tmp_path)
     shutil.copyfile(card, SCREENSHOTS / card.name)
+    # Seven texts, each in its own colour: the word white on it, the matrix's heads and the lists' titles in it, all
+    # legible (WCAG AA: 4.5:1 for text of this size).
+    page.fill("#cx-texts", "\n".join(f"the bank {n}" for n in ("one", "two", "three", "four", "five", "six", "seven")))
+    page.press("#cx-word", "Enter")
+    page.wait_for_function("() => document.querySelectorAll('#cx-out .cx-hit').length === 7")
+    settle(page)
+    ratios = text_contrasts(page, "#cx-out :is(.cx-hit, .cx-matrix th, .cx-side h4)")
+    assert len(ratios) >= 7 * 3 and min(ratios) >= 4.5, min(ratios)
     watched.assert_clean()
 
 

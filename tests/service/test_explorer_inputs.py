@@ -141,6 +141,7 @@ def test_a_server_that_asks_for_a_key_gets_it_from_the_key_field(keyed: str, bro
         with page.expect_response(lambda r: r.url.endswith("/v1/tables") and r.status == 403):
             page.press("#api-key", "Enter")
         page.wait_for_function("() => /not valid/.test(document.getElementById('table-info').textContent)")
+        assert page.eval_on_selector("#table-info", "e => e.closest('[aria-live]')?.ariaLive") == "polite"  # said
         assert page.is_visible("#key-form")
         refused = len(watched.http_errors)
 

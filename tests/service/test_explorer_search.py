@@ -27,7 +27,7 @@ from index.build.sources import read_source
 from index.build.writer import build_table
 from tests.lee import Lee, write_jsonl
 from tests.service import real_server
-from tests.service.browser import SCREENSHOTS, Watched, save_screenshot
+from tests.service.browser import SCREENSHOTS, Watched, save_screenshot, text_contrasts
 
 DOCS, WORDS = "lee", "small"
 EMBEDDED = "lee-text"  # the Lee stories without their vectors, embedded at import by the words table
@@ -400,7 +400,40 @@ def test_the_keyboard_goes_on_from_the_next_page(server: str, watched: Watched) 
     assert page.evaluate("document.activeElement.id") == "ds-out"
     page.keyboard.press("Tab")
     focused = page.evaluate("document.activeElement.getAttribute('aria-label')")
-    assert focused == f"More like {shown_hits(page)[0]['id']}"
+    assert focused == f"more like this: {shown_hits(page)[0]['id']}"
+    watched.assert_clean()
+
+
+def test_the_card_reads_and_works_without_a_mouse(server: str, watched: Watched) -> None:
+    """A search is said in one line, its count, not read out hit by hit; a hit's "more like this" is named by the
+    words it shows, then its id (a voice command says the words); a field's "N more" hands the focus to the first
+    value it shows, so Tab goes on through them, not past them; a chip's count is legible checked or not (WCAG AA,
+    4.5:1 for its small text)."""
+    page = open_search(watched, server)
+    said = page.get_by_role("status")
+    assert said.count() == 1 and said.text_content() == f"More like {FIRST}: {page.text_content('#ds-out .ds-count')}"
+    assert page.eval_on_selector("#ds-out .ds-hits", "list => !list.closest('[aria-live], [role=status]')")
+    for hit in shown_hits(page):
+        button = page.get_by_role("button", name=f"more like this: {hit['id']}", exact=True)
+        assert button.count() == 1 and button.inner_text() == "more like this"
+    tags = page.locator("#ds-controls [data-field=tags]")
+    tags.locator(".ds-more-values").focus()
+    page.keyboard.press("Enter")
+    names = tags.locator(".ds-chip input").evaluate_all("inputs => inputs.map((i) => i.getAttribute('aria-label'))")
+    assert len(names) > 9 and tags.locator(".ds-chip:not([hidden])").count() == len(names)
+    focused = "document.activeElement.getAttribute('aria-label')"
+    assert page.evaluate(focused) == names[8]  # the first of those the button hid
+    page.keyboard.press("Tab")
+    assert page.evaluate(focused) == names[9]
+    page.keyboard.press("Space")
+    page.wait_for_function("() => new URLSearchParams(location.search).has('filter')")
+    settle(page)
+    assert said.text_content() == f"More like {FIRST}: {page.text_content('#ds-out .ds-count')}"
+    assert "pass the filter" in said.text_content()
+    checked = text_contrasts(page, "#ds-controls .ds-chip:has(input:checked) .ds-n")
+    unchecked = text_contrasts(page, "#ds-controls .ds-chip:not([hidden]):has(input:not(:checked)) .ds-n")
+    assert len(checked) == 1 and len(unchecked) > 9
+    assert min(checked + unchecked) >= 4.5, (checked, min(unchecked))
     watched.assert_clean()
 
 
@@ -468,6 +501,14 @@ def test_bad_filters_and_unknown_documents_show_the_api_error(
     assert page.locator("#ds-out .error p").first.inner_text() == missing["message"]
     assert page.inner_text("#ds-out .ds-code") == "unknown_document · HTTP 404"
     watched.assert_clean(expected_404=("/documents/lee-999", f"/{DOCS}/search"), expected_422=(f"/{DOCS}/search",))
+    page.route(f"**/{DOCS}/search", lambda route: route.abort())  # the server gone mid-use: what to do, no status
+    page.fill("#ds-id", FIRST)
+    page.press("#ds-id", "Enter")
+    settle(page)
+    message = page.inner_text("#ds-out .error p")
+    assert message.startswith("network error: the server could not be reached (Failed to fetch)")
+    assert message.endswith("check that it is running, then try again")
+    assert page.locator("#ds-out .ds-code").count() == 0 and len(watched.failed) == 1
 
 
 ENCODER = """async ([words, path]) => {

@@ -3,7 +3,9 @@ written against a real ``embedding-serve`` over the default table and all-MiniLM
 their shown output compared with the real one; those of docs/documents.md's folder of notes (``notes``, embedded
 by the default table's SIF component) on a server of the two; those of docs/documents.md and README.md on
 docs/documents.md's Lee table (``lee``), made by its script and imported as it shows, and on its ``pair-notes``
-(notes embedded by the word table ``pair``); docs/operations.md's rebuild and reload of ``words``, a whole session
+(notes embedded by the word table ``pair``); the writes of README.md and docs/documents.md on their Lee table
+(tests/lee.py's fields, embedded by ``small`` at import), a new one for each block; README.md's documents table
+``licences`` and its server's model list; docs/operations.md's rebuild and reload of ``words``, a whole session
 from its files to its answers; and docs/operations.md's keys on a server of its three keys over the Lee table and
 the 20,000 most frequent GloVe rows (``words``).
 
@@ -35,6 +37,8 @@ from index.build.writer import build_table
 from tests.cli import Result, run_cli, untimed
 from tests.conftest import REPO, link_table, small_raw
 from tests.examples import console_blocks, example, printed, same_float
+from tests.index.build.test_embed_documents import import_texts
+from tests.lee import Lee
 from tests.minilm import minilm_dir
 from tests.service import real_server
 
@@ -83,10 +87,11 @@ OPERATIONS_UNCHECKED = {  # docs/operations.md's other examples need other serve
     "/readyz": "a server serving a rebuild it refused (stale)",
 }
 LEE_UNCHECKED = {  # docs/documents.md's writes run on another Lee table: tests/lee.py's fields, --encoder small
-    "s3cret-write-key": "a write",
-    "budget for hospitals": "a search for a written document",
+    "s3cret-write-key": "a write (writes_server)",
+    "budget for hospitals": "a search for a written document (writes_server)",
     "{rows, writes}": "the table's writes",
 }
+WRITE_KEY = "s3cret-write-key"
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,11 @@ def on_licences_server(example: Example) -> bool:
     return "licences" in example.command or "/v1/models" in example.command
 
 
+def a_write(example: Example) -> bool:
+    """Whether ``example`` is one of the documented writes to the Lee table (or the search that finds one)."""
+    return (WRITE_KEY in example.command or "budget for hospitals" in example.command) and "/lee/" in example.command
+
+
 def runs(
     path: Path, served: set[str] = SERVED, unchecked: dict[str, str] = UNCHECKED, tableless: bool = True
 ) -> list[Any]:
@@ -161,6 +171,12 @@ LICENCES = [  # README.md's examples on its server of the default table and the 
     for first, block in console_blocks(REPO / "README.md")
     if (kept := [e for e in examples(first, block) if e.command.startswith("curl") and on_licences_server(e)])
 ]
+WRITES = [  # README.md's and docs/documents.md's writes and the search for what they wrote, in order
+    pytest.param(REPO / doc, kept, id=f"{doc}:{first}")
+    for doc in ("README.md", "docs/documents.md")
+    for first, block in console_blocks(REPO / doc)
+    if (kept := [e for e in examples(first, block) if e.command.startswith("curl") and a_write(e)])
+]
 COMMON_LICENSES = Path("/usr/share/common-licenses")  # Debian's
 KEYS = {"EMBEDDING_READ_API_KEY": "s3cret-read-key", "EMBEDDING_WRITE_KEYS": "s3cret-write-key"}  # the page's
 DOCUMENTS = [  # the examples that name the Lee table, or docs/documents.md's pair-notes
@@ -181,6 +197,7 @@ def test_the_examples_are_found() -> None:
     assert sum(len(param.values[1]) for param in DOCUMENTS) >= 25
     assert sum(len(param.values[1]) for param in OPERATIONS) >= 10
     assert sum(len(param.values[1]) for param in LICENCES) >= 3
+    assert [len(param.values[1]) for param in WRITES] == [4, 5]
     for path in (REPO / "README.md", REPO / "docs" / "api.md"):
         lines = re.findall(r"^\s*\$ curl", path.read_text(encoding="utf-8"), re.M)
         read = [e for first, block in console_blocks(path) for e in examples(first, block) if e.command[:4] == "curl"]
@@ -301,6 +318,17 @@ def licences_server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFacto
         yield running.base
 
 
+@pytest.fixture()
+def writes_server(small_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> Iterator[str]:
+    """The Lee table of the documented writes: the Lee stories with tests/lee.py's fields and no vectors, imported
+    with ``--encoder small``, served with the write key. A new one for each block of writes, which delete."""
+    data = tmp_path / "data"
+    data.mkdir()
+    import_texts(data, small_data_dir, lee_docs, tmp_path / "lee-text.jsonl")
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": WRITE_KEY}) as running:
+        yield running.base
+
+
 @pytest.fixture(scope="module")
 def pair_notes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[Example, Result]]]:
     """docs/documents.md's ``pair`` table and ``notes.jsonl``, written by its script and imported by its commands (in
@@ -383,6 +411,16 @@ def test_the_licences_shown_output_is_the_real_one(
     """The fields of README.md's documents table ``licences``, and the model list of its server (the documents
     table is no model)."""
     assert_shown_output(licences_server, path, kept, tmp_path)
+
+
+@CURL_AND_JQ
+@pytest.mark.parametrize(("path", "kept"), WRITES)
+def test_the_writes_shown_output_is_the_real_one(
+    writes_server: str, path: Path, kept: list[Example], tmp_path: Path
+) -> None:
+    """A document written, found by a search, deleted, and the documents of a year deleted by a filter (and, in
+    docs/documents.md, a field the table does not have refused), each as shown."""
+    assert_shown_output(writes_server, path, kept, tmp_path)
 
 
 @CURL_AND_JQ

@@ -26,14 +26,17 @@ help:
 # Packages install with uv (itself installed from PyPI by pip) when it installs here, several times faster than
 # pip; otherwise with pip. Either way from the same registry, and compiled to bytecode at install as pip does (an
 # environment with PYTHONDONTWRITEBYTECODE set would otherwise compile every module again in every process).
+# pip does not look for a newer pip: its notice ("A new release of pip is available ... To update, run: ...") is
+# no step of these installs.
+PIP = $(BIN)/python -m pip --disable-pip-version-check
 PIP_INSTALL = if $(BIN)/python -m uv --version >/dev/null 2>&1; then \
 	$(BIN)/python -m uv pip install --quiet --compile-bytecode --python $(BIN)/python $(1); \
-	else $(BIN)/pip install --quiet $(1); fi
+	else $(PIP) install --quiet $(1); fi
 
 $(BIN)/python:
 	@echo "creating $(VENV) and installing uv into it ..."
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet uv || $(BIN)/python -m pip install --quiet --upgrade pip
+	$(PIP) install --quiet uv || $(PIP) install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@echo "installing embedding-search and its packages into $(VENV) (up to a minute the first time) ..."

@@ -55,3 +55,15 @@ def test_pip_says_nothing_of_a_newer_pip() -> None:
     pips = [command for command in commands if "uv pip" not in command and "install" in command]
     assert len(pips) >= 3, planned  # uv's own install, pip's upgrade if uv cannot install, pip in place of uv
     assert all("--disable-pip-version-check" in command for command in pips), pips
+
+
+def test_make_run_echoes_the_builders_and_the_servers_commands_alone() -> None:
+    """A fresh clone's ``make run`` shows, beside the lines that say what it installs, the two commands a person
+    can run again (``embedding-index build``, ``embedding-serve``), not the installs' shell plumbing (the venv, uv or
+    pip, their flags, the fall-back from one to the other). With a shell that runs nothing, make prints only what it
+    echoes."""
+    echoed = make("SHELL=/bin/true", "run", "VENV=/nonexistent/venv", "DATA_DIR=/nonexistent/data").splitlines()
+    assert echoed == [
+        "/nonexistent/venv/bin/embedding-index build --data-dir /nonexistent/data --defer-index",
+        "/nonexistent/venv/bin/embedding-serve --data-dir /nonexistent/data --host 127.0.0.1 --port 8000",
+    ]

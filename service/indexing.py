@@ -8,7 +8,9 @@ process reloads), and runs ``embedding-index index NAME`` for each, one at a tim
 CPU priority (requests come first). The child publishes the indexed table atomically; the server is then sent
 SIGHUP and reloads it (``service.reload``): exact answers until then, approximate ones after. The child keeps its
 progress in a status file per table, which ``/readyz`` and ``GET /v1/tables`` show as ``building``. A failed
-build is logged and the table keeps its exact search until it is published again.
+build is logged and the table keeps its exact search until it is published again. A server that stops ends its
+build (the next start builds it again); a Ctrl-C on its terminal is the server's alone (the child, ``--background``,
+ignores it), so the stop is said once, by the server.
 """
 
 from __future__ import annotations
@@ -210,8 +212,8 @@ class IndexBuilds:
         """Run the build of table ``name``'s index in a child process: whether it published it, or why the child
         could not be started."""
         status = self._status(name)
-        command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "--status-file", str(status)]
-        command += ["index", name, "--data-dir", str(self.data_dir)]
+        command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "--background"]
+        command += ["--status-file", str(status), "index", name, "--data-dir", str(self.data_dir)]
         env = {**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1)}  # the build may use every core
         try:
             self._child = child = subprocess.Popen(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -169,6 +170,15 @@ def options(
         Path | None, typer.Option("--status-file", hidden=True, help="Keep the running step's progress here (JSON).")
     ] = None,
     nice: Annotated[int, typer.Option("--nice", hidden=True, min=0, max=19, help="Lower this process's priority.")] = 0,
+    background: Annotated[
+        bool,
+        typer.Option(
+            "--background",
+            hidden=True,
+            help="Run as embedding-serve's background build: a Ctrl-C on the server's terminal is left to the server, "
+            "which stops this process itself.",
+        ),
+    ] = False,
 ) -> None:
     from index import progress
 
@@ -176,6 +186,8 @@ def options(
     progress.configure(quiet=quiet, status_file=status_file, whole_process=True)
     if nice:
         os.nice(nice)
+    if background:  # else the terminal's Ctrl-C reaches it too, and it says no table was built, of a table served
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _threads_variable() -> None:

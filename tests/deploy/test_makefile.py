@@ -44,3 +44,26 @@ def test_the_installs_say_what_they_do_before_they_start(tmp_path: Path) -> None
     said = [line for line in planned[:installing] if line.startswith("echo ")]
     assert said[-1].startswith(f'echo "installing embedding-search and its packages into {tmp_path / "venv"} ('), said
     assert any("creating" in line and "installing uv" in line for line in said), said
+
+
+def test_pip_says_nothing_of_a_newer_pip() -> None:
+    """pip's notice of its own next release (``[notice] A new release of pip is available: 23.2.1 -> 26.3`` and
+    ``To update, run: ...``, which ``--quiet`` leaves, on a machine without PIP_DISABLE_PIP_VERSION_CHECK) is no
+    step of ``make run`` or ``make dev``: every pip command they run turns the check off."""
+    planned = make("-n", "run", "dev", "VENV=/nonexistent/venv", "DATA_DIR=/nonexistent/data")
+    commands = [part for part in re.split(r"\|\||;|&&|\bthen\b|\belse\b", planned) if re.search(r"\bpip\b", part)]
+    pips = [command for command in commands if "uv pip" not in command and "install" in command]
+    assert len(pips) >= 3, planned  # uv's own install, pip's upgrade if uv cannot install, pip in place of uv
+    assert all("--disable-pip-version-check" in command for command in pips), pips
+
+
+def test_make_run_echoes_the_builders_and_the_servers_commands_alone() -> None:
+    """A fresh clone's ``make run`` shows, beside the lines that say what it installs, the two commands a person
+    can run again (``embedding-index build``, ``embedding-serve``), not the installs' shell plumbing (the venv, uv or
+    pip, their flags, the fall-back from one to the other). With a shell that runs nothing, make prints only what it
+    echoes."""
+    echoed = make("SHELL=/bin/true", "run", "VENV=/nonexistent/venv", "DATA_DIR=/nonexistent/data").splitlines()
+    assert echoed == [
+        "/nonexistent/venv/bin/embedding-index build --data-dir /nonexistent/data --defer-index",
+        "/nonexistent/venv/bin/embedding-serve --data-dir /nonexistent/data --host 127.0.0.1 --port 8000",
+    ]

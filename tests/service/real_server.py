@@ -61,19 +61,32 @@ def start(
     while_starting: Callable[[Server], None] | None = None,
     port: int | None = None,
     serve: tuple[str, ...] = (str(BIN / "embedding-serve"),),
+    terminal: bool = False,
 ) -> Server:
     """Start embedding-serve over ``data_dir``; return once it answers /healthz and every worker has finished
     its start-up (its tables are loaded or refused by then). ``while_starting`` runs at every poll until then.
     ``port``: a stopped server's (started again on it), else a free one. ``serve``: the command that runs
-    embedding-serve (``python -m tests.service.failing_serve``: with a route that fails)."""
+    embedding-serve (``python -m tests.service.failing_serve``: with a route that fails). ``terminal``: as from a
+    terminal, leading a process group of its own with SIGINT not ignored, so that a test can type Ctrl-C (SIGINT
+    to the group: the server and the children it started)."""
     workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
     port = port or free_port()
     command = [*serve, "--data-dir", str(data_dir), "--host", "127.0.0.1", "--port", str(port)]
     # The data directory is not watched unless a test asks (EMBEDDING_WATCH_SECONDS): the reload tests count reloads.
     environment = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
     environment |= {"EMBEDDING_WATCH_SECONDS": "0"} | (env or {})
-    with log_path.open("wb") as log:
-        process = subprocess.Popen([*command, *args], stdout=log, stderr=subprocess.STDOUT, env=environment)
+    ignored = terminal and signal.getsignal(signal.SIGINT) == signal.SIG_IGN  # a run started with `&` ignores it,
+    if ignored:  # and its children would inherit that
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with log_path.open("wb") as log:
+            group = 0 if terminal else None
+            process = subprocess.Popen(
+                [*command, *args], stdout=log, stderr=subprocess.STDOUT, env=environment, process_group=group
+            )
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = Server(process, f"http://127.0.0.1:{port}", port, log_path)
     deadline = time.monotonic() + START_SECONDS
     while True:

@@ -135,6 +135,43 @@ def test_a_table_published_with_a_deferred_index_while_serving_gets_its_index(
         assert server.stop() == 0
 
 
+def test_ctrl_c_on_the_servers_terminal_ends_the_build_as_the_server_says(tmp_path: Path, glove_raw: RawTable) -> None:
+    """Ctrl-C on the terminal of ``make run`` while the index is built (SIGINT to the server's process group, its
+    build's child in it): the server stops and ends the build itself, saying that the next start builds it. The
+    child is left alone by the Ctrl-C: it does not say, of the table the server was serving, that no table was
+    built."""
+    data_dir = tmp_path / "data"
+    raw = RawTable(tokens=glove_raw.tokens[:100_000], matrix=glove_raw.matrix[:100_000].copy())
+    spec = "hnsw:M=32,efConstruction=200"  # a build of tens of seconds, ended as soon as it runs
+    build_table(raw, data_dir=data_dir, name="words", source={"format": "test"}, index_spec=spec, defer_index=True)
+    env = {"EMBEDDING_VERIFY_CHECKSUMS": "false"}
+    server = real_server.start(data_dir, tmp_path / "server.log", env=env, terminal=True)
+    try:
+
+        def running() -> bool:
+            status = HTTP.get(f"{server.base}/readyz", timeout=10).json().get("building", {}).get("words", {})
+            return status.get("state") == "running"
+
+        real_server.wait_for(running, seconds=120, what="the background build to run")
+        os.killpg(server.process.pid, signal.SIGINT)
+        assert server.process.wait(timeout=60) == 0
+    finally:
+        server.stop()
+
+    def group_gone() -> bool:
+        try:
+            os.killpg(server.process.pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    real_server.wait_for(group_gone, seconds=30, what="the build's child to end")
+    log = server.log()
+    assert "table 'words': index build stopped with the server; the next start builds it" in log, log
+    assert "interrupted" not in log, log
+    assert artifact.read_manifest(data_dir / "words")["index"]["spec"]["kind"] == "flat"  # its version as published
+
+
 def brute_force(raw: RawTable, word: str, rows: int = ROWS, k: int = 8) -> list[str]:
     matrix = raw.matrix[:rows].astype(np.float64)
     unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)

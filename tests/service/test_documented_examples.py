@@ -3,7 +3,9 @@ written against a real ``embedding-serve`` over the default table and all-MiniLM
 their shown output compared with the real one; those of docs/documents.md's folder of notes (``notes``, embedded
 by the default table's SIF component) on a server of the two; those of docs/documents.md and README.md on
 docs/documents.md's Lee table (``lee``), made by its script and imported as it shows, and on its ``pair-notes``
-(notes embedded by the word table ``pair``); docs/operations.md's rebuild and reload of ``words``, a whole session
+(notes embedded by the word table ``pair``); the writes of README.md and docs/documents.md on their Lee table
+(tests/lee.py's fields, embedded by ``small`` at import), a new one for each block; README.md's documents table
+``licences`` and its server's model list; docs/operations.md's rebuild and reload of ``words``, a whole session
 from its files to its answers; and docs/operations.md's keys on a server of its three keys over the Lee table and
 the 20,000 most frequent GloVe rows (``words``).
 
@@ -35,6 +37,8 @@ from index.build.writer import build_table
 from tests.cli import Result, run_cli, untimed
 from tests.conftest import REPO, link_table, small_raw
 from tests.examples import console_blocks, example, printed, same_float
+from tests.index.build.test_embed_documents import import_texts
+from tests.lee import Lee
 from tests.minilm import minilm_dir
 from tests.service import real_server
 
@@ -55,6 +59,7 @@ VOLATILE = {
     "seconds": "a timing",
     "computed_at": "the map's computation time",
     "cached": "whether the map was computed before, by an earlier request or run",
+    "created": "the model's table's build time (OpenAI's model list gives it in seconds)",
     "sif_sha256": (
         "the bytes of the SIF component, an eigenvector of float64 sums that another CPU's vector kernels add in "
         "their own order: its last bits are the machine's (the scores it gives are compared to the digits shown)"
@@ -66,7 +71,7 @@ UNCHECKED = {
         "a UMAP layout: umap-learn compiles with numba at its first call, for seconds "
         "(tests/service/test_projection_methods.py)"
     ),
-    "/v1/models": "shown for a server of the default table and the documents table licences",
+    "/v1/models": "shown for a server of the default table and the documents table licences (licences_server)",
     "minilm/ids/19442": "docs/models.md shortens the vector it shows",
 }
 LAYOUTS = {  # examples whose floats are not compared: their fields, tokens and ids are
@@ -82,10 +87,11 @@ OPERATIONS_UNCHECKED = {  # docs/operations.md's other examples need other serve
     "/readyz": "a server serving a rebuild it refused (stale)",
 }
 LEE_UNCHECKED = {  # docs/documents.md's writes run on another Lee table: tests/lee.py's fields, --encoder small
-    "s3cret-write-key": "a write",
-    "budget for hospitals": "a search for a written document",
+    "s3cret-write-key": "a write (writes_server)",
+    "budget for hospitals": "a search for a written document (writes_server)",
     "{rows, writes}": "the table's writes",
 }
+WRITE_KEY = "s3cret-write-key"
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,17 @@ def checked(
     )
 
 
+def on_licences_server(example: Example) -> bool:
+    """Whether ``example`` is one of README.md's on its server of the default table and the documents table
+    ``licences``: one naming the table, or the model list."""
+    return "licences" in example.command or "/v1/models" in example.command
+
+
+def a_write(example: Example) -> bool:
+    """Whether ``example`` is one of the documented writes to the Lee table (or the search that finds one)."""
+    return (WRITE_KEY in example.command or "budget for hospitals" in example.command) and "/lee/" in example.command
+
+
 def runs(
     path: Path, served: set[str] = SERVED, unchecked: dict[str, str] = UNCHECKED, tableless: bool = True
 ) -> list[Any]:
@@ -149,6 +166,18 @@ MODELS = runs(REPO / "docs" / "models.md") + runs(REPO / "docs" / "encoders.md")
 NOTES = runs(REPO / "docs" / "documents.md", {GLOVE, "notes"}, UNCHECKED, False)  # its folder of notes
 EXPLORER = runs(REPO / "docs" / "explorer.md")
 OPERATIONS = runs(REPO / "docs" / "operations.md", {"words", "lee"}, OPERATIONS_UNCHECKED)
+LICENCES = [  # README.md's examples on its server of the default table and the documents table licences
+    pytest.param(REPO / "README.md", kept, id=f"README.md:{first}")
+    for first, block in console_blocks(REPO / "README.md")
+    if (kept := [e for e in examples(first, block) if e.command.startswith("curl") and on_licences_server(e)])
+]
+WRITES = [  # README.md's and docs/documents.md's writes and the search for what they wrote, in order
+    pytest.param(REPO / doc, kept, id=f"{doc}:{first}")
+    for doc in ("README.md", "docs/documents.md")
+    for first, block in console_blocks(REPO / doc)
+    if (kept := [e for e in examples(first, block) if e.command.startswith("curl") and a_write(e)])
+]
+COMMON_LICENSES = Path("/usr/share/common-licenses")  # Debian's
 KEYS = {"EMBEDDING_READ_API_KEY": "s3cret-read-key", "EMBEDDING_WRITE_KEYS": "s3cret-write-key"}  # the page's
 DOCUMENTS = [  # the examples that name the Lee table, or docs/documents.md's pair-notes
     param
@@ -167,6 +196,8 @@ def test_the_examples_are_found() -> None:
     assert sum(len(param.values[1]) for param in NOTES) >= 4
     assert sum(len(param.values[1]) for param in DOCUMENTS) >= 25
     assert sum(len(param.values[1]) for param in OPERATIONS) >= 10
+    assert sum(len(param.values[1]) for param in LICENCES) >= 3
+    assert [len(param.values[1]) for param in WRITES] == [4, 5]
     for path in (REPO / "README.md", REPO / "docs" / "api.md"):
         lines = re.findall(r"^\s*\$ curl", path.read_text(encoding="utf-8"), re.M)
         read = [e for first, block in console_blocks(path) for e in examples(first, block) if e.command[:4] == "curl"]
@@ -265,6 +296,40 @@ def notes_server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="module")
+def licences_server(glove_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """README.md's server of the default table and the documents table ``licences``: Debian's Apache-2.0, BSD and
+    GPL-2 licences in a folder, imported with ``--encoder glove-6b-50d`` as README.md says."""
+    folder = tmp_path_factory.mktemp("documented-licences")
+    (folder / "licences").mkdir()
+    for name in ("Apache-2.0", "BSD", "GPL-2"):
+        if not (COMMON_LICENSES / name).is_file():
+            pytest.skip(f"no {COMMON_LICENSES / name} on this machine")
+        shutil.copy(COMMON_LICENSES / name, folder / "licences" / name)
+    data = folder / "data"
+    data.mkdir()
+    if not link_table(glove_data_dir / GLOVE, data):
+        shutil.copytree(glove_data_dir / GLOVE, data / GLOVE)
+    licences = folder / "licences"
+    imported = run_cli(
+        "import", licences, "--format", "documents", "--name", "licences", "--encoder", GLOVE, "--data-dir", data
+    )
+    assert imported.code == 0, imported.err
+    with real_server.running(data, folder / "serve.log") as running:
+        yield running.base
+
+
+@pytest.fixture()
+def writes_server(small_data_dir: Path, lee_docs: Lee, tmp_path: Path) -> Iterator[str]:
+    """The Lee table of the documented writes: the Lee stories with tests/lee.py's fields and no vectors, imported
+    with ``--encoder small``, served with the write key. A new one for each block of writes, which delete."""
+    data = tmp_path / "data"
+    data.mkdir()
+    import_texts(data, small_data_dir, lee_docs, tmp_path / "lee-text.jsonl")
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": WRITE_KEY}) as running:
+        yield running.base
+
+
+@pytest.fixture(scope="module")
 def pair_notes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[Example, Result]]]:
     """docs/documents.md's ``pair`` table and ``notes.jsonl``, written by its script and imported by its commands (in
     this process, ``--quiet``) in a folder: the folder and each command with what it printed."""
@@ -336,6 +401,26 @@ def test_the_notes_shown_output_is_the_real_one(
 ) -> None:
     """docs/documents.md's searches of its folder of notes, on a server of the notes and the default table."""
     assert_shown_output(notes_server, path, kept, tmp_path)
+
+
+@CURL_AND_JQ
+@pytest.mark.parametrize(("path", "kept"), LICENCES)
+def test_the_licences_shown_output_is_the_real_one(
+    licences_server: str, path: Path, kept: list[Example], tmp_path: Path
+) -> None:
+    """The fields of README.md's documents table ``licences``, and the model list of its server (the documents
+    table is no model)."""
+    assert_shown_output(licences_server, path, kept, tmp_path)
+
+
+@CURL_AND_JQ
+@pytest.mark.parametrize(("path", "kept"), WRITES)
+def test_the_writes_shown_output_is_the_real_one(
+    writes_server: str, path: Path, kept: list[Example], tmp_path: Path
+) -> None:
+    """A document written, found by a search, deleted, and the documents of a year deleted by a filter (and, in
+    docs/documents.md, a field the table does not have refused), each as shown."""
+    assert_shown_output(writes_server, path, kept, tmp_path)
 
 
 @CURL_AND_JQ

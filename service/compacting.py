@@ -237,7 +237,7 @@ class AutoCompaction:
         if child.returncode == 0:
             log.info("table %r: %s", name, output.strip().splitlines()[-1])
             return None
-        last = output.strip().splitlines()[-1] if output.strip() else f"exit {child.returncode}"
+        last = ended(child.returncode, output)
         if f"not compacted: {EVERY_DOCUMENT_DELETED}" in last:  # refused so until the table is written to
             failed.written = self._written(name)
             log.warning(
@@ -251,3 +251,14 @@ class AutoCompaction:
             last, then = last.removesuffix(f": {WAIT_LONGER}"), f"{then}: end that compaction if it hangs"
         log.error("table %r: compaction failed (%s); %s", name, last, then)
         return failed
+
+
+def ended(code: int, output: str) -> str:
+    """Why a compaction that failed ended: the signal that killed it (the OOM killer's SIGKILL, ``kill``), whatever
+    progress lines it printed before; else its last line, the command's error."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return output.strip().splitlines()[-1] if output.strip() else f"exit {code}"

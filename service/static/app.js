@@ -70,6 +70,9 @@ function svg(tag, attrs = {}, text) {
 
 /** The server's key, when it asks for one: kept for this tab only (sessionStorage), never in the URL. */
 const KEY_STORE = "embedding-explorer-api-key";
+// A table stepped to with the keyboard on the closed picker (each arrow key picks the next) is used once the steps
+// have stopped this long, or on Enter or leaving the picker: the tables passed over are not asked for.
+const TABLE_SETTLE_MS = 250;
 
 /** ``fetch`` with the key typed in, if any, as ``X-API-Key``; a 401 shows the key form. */
 async function apiFetch(path, init = {}) {
@@ -784,12 +787,29 @@ async function loadTables() {
   if (!config.tsne_available) {
     methodUnavailable("tsne", "t-SNE needs the openTSNE package on the server (pip install 'embedding-search[map]')");
   }
-  select.onchange = () => {
+  const useTable = () => {
+    clearTimeout(settling);
+    settling = 0;
+    if (select.value === state.table) return;
     state.table = select.value;
     Object.assign(state, { doc: "", filter: "", offset: "", text: "", mode: "" }); // a document query belongs to its table
     showTableInfo(tables);
     writeURL(true);
     runAll();
+  };
+  let keyed = false; // the next change is a key's step, not a pick from the open list
+  let settling = 0;
+  select.onkeydown = (event) => {
+    if (event.key === "Enter") useTable();
+    else keyed = event.key !== "Tab";
+  };
+  select.onpointerdown = () => { keyed = false; };
+  select.onblur = () => { if (settling) useTable(); };
+  select.onchange = () => {
+    clearTimeout(settling);
+    if (keyed) settling = setTimeout(useTable, TABLE_SETTLE_MS);
+    else useTable();
+    keyed = false;
   };
   return true;
 }

@@ -37,6 +37,9 @@ const KIND_CARDS = {
   words: "word cards", tokens: "word cards", transformer: "word cards + Contextual vectors", documents: "Search card",
 };
 const MAX_QUERY = 16_000; // characters of the URL's query, well inside the server's limit on a request's head
+// A table stepped to with the keyboard on the closed picker (each arrow key picks the next) is used once the steps
+// have stopped this long, or on Enter or leaving the picker: the tables passed over are not asked for.
+const TABLE_SETTLE_MS = 250;
 
 const $ = (id) => document.getElementById(id);
 const state = { ...DEFAULTS };
@@ -70,9 +73,6 @@ function svg(tag, attrs = {}, text) {
 
 /** The server's key, when it asks for one: kept for this tab only (sessionStorage), never in the URL. */
 const KEY_STORE = "embedding-explorer-api-key";
-// A table stepped to with the keyboard on the closed picker (each arrow key picks the next) is used once the steps
-// have stopped this long, or on Enter or leaving the picker: the tables passed over are not asked for.
-const TABLE_SETTLE_MS = 250;
 
 /** ``fetch`` with the key typed in, if any, as ``X-API-Key``; a 401 shows the key form. */
 async function apiFetch(path, init = {}) {

@@ -43,6 +43,26 @@ RETRY_SECONDS = 60.0  # the first wait after a failure when EMBEDDING_COMPACT_SE
 LONGEST_RETRY_SECONDS = 3600.0  # the wait doubles after each failure in a row up to this (or the setting)
 
 
+def shards_alone(data_dir: Path) -> str | None:
+    """Why a server over ``data_dir`` compacts nothing: its data directory is a sharded table's, its shards served
+    alone, while their logs are beside the table (``<parent>/.writes/<table>/``) and compacted with the whole table;
+    None for any other data directory."""
+    try:
+        manifest = artifact.read_manifest(data_dir)
+    except Exception:  # no table there, or a manifest that cannot be read: the registry reports it
+        return None
+    if not manifest_is_sharded(manifest):
+        return None
+    table = Path(data_dir).resolve()
+    logs = table.parent / writelog.DIRECTORY / table.name
+    return (
+        f"table {table.name!r}: this server serves its shards alone and compacts none of their writes "
+        f"(EMBEDDING_COMPACT_ROWS, EMBEDDING_COMPACT_SECONDS): the shards' logs, {logs}, "
+        f"are compacted with the whole table, by `embedding-index compact {table.name} --data-dir {table.parent}` or "
+        f"by a server whose data directory is {table.parent}; run one, or the logs grow and every load replays them"
+    )
+
+
 @dataclass
 class Pending:
     """What one table's log holds beyond its version, as far as it was read."""

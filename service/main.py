@@ -447,9 +447,12 @@ def start_compaction(settings: Settings) -> None:
     (``service.compacting``): one thread for the whole server, which is sent SIGHUP after each compaction."""
     if not settings.write_keys or not (settings.compact_rows or settings.compact_seconds):
         return
-    from service.compacting import AutoCompaction
+    from service.compacting import AutoCompaction, shards_alone
 
     logging.config.dictConfig(log_config(settings.log_format, settings.log_level))
+    if (why := shards_alone(settings.data_dir)) is not None:
+        logging.getLogger("service.compacting").warning(why)
+        return
     compaction = AutoCompaction(settings.data_dir, settings.compact_rows, settings.compact_seconds)
     compaction.start()
     atexit.register(compaction.stop)

@@ -173,6 +173,32 @@ def test_a_sharded_table_is_compacted_when_its_shards_writes_reach_the_setting(
         assert len(said) == 1 and 6 <= int(said[0]) <= 7, said
 
 
+def test_a_shards_server_says_it_compacts_none_of_its_shards_writes(
+    lee_docs: Lee, lee_imports: Path, tmp_path: Path
+) -> None:
+    """A server of a shard alone (its data directory the sharded table's) takes writes into the shard's log beside
+    the table, which only a compaction of the whole table cuts: it says so at its start, naming the command and
+    the data directory that do it, rather than take EMBEDDING_COMPACT_SECONDS and never compact."""
+    data = lee_copy(lee_imports, "plain", "sharded", tmp_path / "data")
+    ident = next(f"alone/{i}" for i in range(99) if shardmap.shard_of_id(f"alone/{i}", LEE_SHARDS) == 0)
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_SECONDS": "0.5"}
+    with real_server.running(data / "lee", tmp_path / "serve.log", "--tables", "shard-000", env=env) as server:
+        document = {"id": ident, "vector": lee_docs.vectors[0].tolist()}
+        url = f"{server.base}/v1/tables/shard-000/documents"
+        answer = real_server.HTTP.post(url, json={"documents": [document]}, headers=HEADERS)
+        assert answer.status_code == 200, answer.text
+        expected = (
+            f"WARNING service.compacting: table 'lee': this server serves its shards alone and compacts none of "
+            f"their writes (EMBEDDING_COMPACT_ROWS, EMBEDDING_COMPACT_SECONDS): the shards' logs, "
+            f"{data.resolve() / writelog.DIRECTORY / 'lee'}, are compacted with the whole table, by `embedding-index "
+            f"compact lee --data-dir {data.resolve()}` or by a server whose data directory is {data.resolve()}"
+        )
+        assert expected in server.log(), server.log()[-3000:]
+    done = run_cli("compact", "lee", "--data-dir", data)  # as it says: the whole table's compaction cuts the log
+    assert done.code == 0, done.err
+    assert recovered(data / writelog.DIRECTORY / "lee" / "shard-000.log") == []
+
+
 def write_templated(url: str, lee_docs: Lee) -> None:
     """The templated writes (Lee's 300 vectors reused for ``WRITTEN`` documents) to the table at ``url``."""
     for body in templated(lee_docs):

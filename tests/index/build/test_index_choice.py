@@ -515,7 +515,7 @@ def test_an_hnsw_build_adds_on_those_threads_and_gives_faiss_its_own_back(monkey
     unit = clustered(12_000, 32)
     unit /= np.linalg.norm(unit, axis=1, keepdims=True)
     built = build_and_measure(unit, parse_spec("hnsw:M=16,efConstruction=80", len(unit)), min_recall=0.99)
-    assert during == [2 * before, 2 * before] and faiss.omp_get_max_threads() == before
+    assert len(during) >= 2 and set(during) == {2 * before} and faiss.omp_get_max_threads() == before  # each call
     queries = unit[:: len(unit) // 200]
     _, found = built.index.search(queries, 10)
     truth = exact_top10(unit, queries)

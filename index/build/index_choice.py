@@ -59,12 +59,8 @@ EF_SEARCH_STEPS = (16, 24, 32, 40, 44, 48, 52, 56, 60, 64, 80, 96, 128, 160, 192
 NPROBE_STEPS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 RECALL_SAMPLE = 1000
 RECALL_K = 10
-ADD_BLOCK = 100_000  # rows per add call (an HNSW graph's: at most)
-# An HNSW graph's add calls are sized to last about ADD_SECONDS each at the rate so far (the first one
-# ADD_BLOCK_HNSW rows): progress lines come every INTERVAL seconds or little more, and a stop is taken between two
-# calls, on an idle machine and on one several times busier alike
-ADD_BLOCK_HNSW = 2_000
-ADD_SECONDS = 1.0
+ADD_BLOCK_HNSW = 10_000  # rows per add call, the same on every machine: the graph depends on them
+ADD_BLOCK = 100_000
 HNSW_MAX_M = 256  # links per node of an HNSW graph, at most (FAISS needs at least 2)
 HNSW_THREADS_PER_CORE = 2  # OpenMP threads per core while an HNSW graph is built (hnsw_add_threads)
 IVF_TRAIN_POINTS_PER_LIST = 64
@@ -235,32 +231,18 @@ def default_nlist(rows: int) -> int:
     return max(1, min(rows, power))
 
 
-def _add(index: faiss.Index, vectors: np.ndarray, block: int, threads: int | None = None, paced: bool = False) -> None:
-    """Add ``vectors`` to ``index`` ``block`` rows at a time; ``paced``: each next block sized to take
-    ``ADD_SECONDS`` at the rate of the last (:func:`next_block`)."""
+def _add(index: faiss.Index, vectors: np.ndarray, block: int, threads: int | None = None) -> None:
     before = faiss.omp_get_max_threads()
     if threads is not None:
         faiss.omp_set_num_threads(threads)
     try:
         with Progress("adding rows to the index", len(vectors)) as progress:
-            start = 0
-            while start < len(vectors):
+            for start in range(0, len(vectors), block):
                 part = np.ascontiguousarray(vectors[start : start + block])
-                started = time.perf_counter()
                 index.add(part)
                 progress.advance(len(part))
-                start += len(part)
-                if paced:
-                    block = next_block(len(part), time.perf_counter() - started)
     finally:
         faiss.omp_set_num_threads(before)
-
-
-def next_block(rows: int, seconds: float) -> int:
-    """The rows of the next add call of an HNSW graph, whose last added ``rows`` in ``seconds``: those it adds in
-    ``ADD_SECONDS`` at that rate, from a tenth of ``ADD_BLOCK_HNSW`` to ``ADD_BLOCK``."""
-    rate = rows / max(seconds, 1e-6)
-    return int(min(max(rate * ADD_SECONDS, ADD_BLOCK_HNSW // 10), ADD_BLOCK))
 
 
 def hnsw_add_threads() -> int:
@@ -325,7 +307,7 @@ def _fill(index: faiss.Index, vectors: np.ndarray, spec: IndexSpec, seed: int) -
             index.train(train)
         note(f"trained in {duration(time.perf_counter() - started)}")
     if isinstance(searched_index(index), faiss.IndexHNSW):
-        _add(index, vectors, ADD_BLOCK_HNSW, hnsw_add_threads(), paced=True)
+        _add(index, vectors, ADD_BLOCK_HNSW, hnsw_add_threads())
     else:
         _add(index, vectors, ADD_BLOCK)
 

@@ -243,7 +243,7 @@ class AutoCompaction:
         if self._stop.is_set():
             log.info("table %r: compaction stopped with the server; it keeps its version and its log", name)
             return failed
-        last = output.strip().splitlines()[-1] if output.strip() else f"exit {child.returncode}"
+        last = ended(child.returncode, output)
         if f"not compacted: {EVERY_DOCUMENT_DELETED}" in last:  # refused so until the table is written to
             failed.written = self._written(name)
             log.warning(
@@ -257,3 +257,14 @@ class AutoCompaction:
             last, then = last.removesuffix(f": {WAIT_LONGER}"), f"{then}: end that compaction if it hangs"
         log.error("table %r: compaction failed (%s); %s", name, last, then)
         return failed
+
+
+def ended(code: int, output: str) -> str:
+    """Why a compaction that failed ended: the signal that killed it (the OOM killer's SIGKILL, ``kill``), whatever
+    progress lines it printed before; else its last line, the command's error."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return output.strip().splitlines()[-1] if output.strip() else f"exit {code}"

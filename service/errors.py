@@ -109,6 +109,7 @@ class ErrorBody(BaseModel):
     ids: list[str | int] | None = Field(None, description="unknown_document: the ids not found (the first few)")
     count: int | None = Field(None, description="unknown_document: how many ids were not found")
     words: list[str] | None = Field(None, description="a text of no word the table knows: its words")
+    document: int | None = Field(None, description="invalid_request of an upsert's document: its index in the request")
     shard: int | None = Field(None, description="shard_unavailable, shard_timeout: the shard")
     shutting_down: bool | None = Field(None, description="not_ready: the server is shutting down")
     details: list[dict[str, Any]] | None = Field(

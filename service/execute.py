@@ -132,9 +132,10 @@ async def compute(
     gone: threading.Event | None = None,
 ) -> T:
     """Run ``fn`` (an engine call): in a worker thread (a long one with ``long``), or on the event loop with
-    ``on_loop``; not at all if, by the time it has a slot, its client has gone (unless ``check_client`` is off: work
-    that other requests wait for too). ``gone`` is set if the client goes while ``fn`` runs, for work that can
-    stop midway."""
+    ``on_loop``; not at all if it waited for a slot and its client has gone meanwhile (unless ``check_client`` is
+    off: work that other requests wait for too). A slot free at once is taken without asking: the question costs a
+    turn of the loop (the server's ``receive`` waits, and is cancelled), and the client was there a moment ago.
+    ``gone`` is set if the client goes while ``fn`` runs, for work that can stop midway."""
     metrics = request.app.state.metrics
     threads = request.app.state.settings.threads
 
@@ -163,9 +164,11 @@ async def compute(
         # Heavy calls take turns, a few at a time: all at once they would share the CPU and all finish late.
         limiter = state.heavy_calls
     kind = "long" if long else "heavy"
+    waited = False
     try:
         limiter.acquire_nowait()  # a free slot is taken without a turn of the loop (``async with`` yields one)
     except anyio.WouldBlock:
+        waited = True
         waiting = metrics.children(metrics.work, kind, "waiting")
         waiting.inc()
         try:
@@ -175,7 +178,7 @@ async def compute(
     running = metrics.children(metrics.work, kind, "running")
     running.inc()
     try:
-        if check_client and await request.is_disconnected():
+        if waited and check_client and await request.is_disconnected():
             log.info("%s %s: the client has gone, its work is not started", request.method, request.url.path)
             raise ApiError("client_closed_request", "the client closed the connection before its work started")
         if gone is None:

@@ -77,20 +77,30 @@ def _field_value(kind: str, value: Any) -> Any:
     raise ValueError(kind)
 
 
-def _fields(payload: Payload, name: str, given: dict[str, Any] | None) -> dict[str, Any]:
+def named(i: int, ident: object) -> str:
+    """An upsert's document ``i`` (of id ``ident``) as its errors name it."""
+    return f"documents[{i}] (id {ident!r})"
+
+
+def refused(i: int, ident: object, problem: str, **details: Any) -> InvalidQuery:
+    """The 422 of an upsert's document ``i`` (of id ``ident``), named so; its index in the request is the error's
+    ``document``, as the client's refusal of it before sending gives it."""
+    return InvalidQuery(f"{named(i, ident)}: {problem}", document=i, **details)
+
+
+def _fields(payload: Payload, i: int, ident: object, given: dict[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for field, value in (given or {}).items():
         kind = payload.fields.get(field)
         if kind is None:
             known = ", ".join(repr(f) for f in payload.fields) or "none"
-            raise InvalidQuery(
-                f"{name}: the table has no field {shown(field)} (its fields: {known})", field=clipped(field)
-            )
+            problem = f"the table has no field {shown(field)} (its fields: {known})"
+            raise refused(i, ident, problem, field=clipped(field))
         try:
             out[field] = _field_value(kind, value)
         except ValueError:
             kind_text = "an integer field (a whole number within 64 bits)" if kind == INTEGER else f"a {kind} field"
-            raise InvalidQuery(f"{name}: field {field!r} is {kind_text}, not {shown(value)}", field=field) from None
+            raise refused(i, ident, f"field {field!r} is {kind_text}, not {shown(value)}", field=field) from None
     return out
 
 
@@ -125,13 +135,12 @@ def upsert_keys(table: str, id_type: str, ids: Sequence[str | int]) -> list[Key]
     keys: list[Key] = []
     seen: set[Key] = set()
     for i, ident in enumerate(ids):
-        name = f"documents[{i}] (id {ident!r})"
         key = id_key(ident, id_type)
         if key is None or (id_type != INTEGER and not isinstance(ident, str)):
             kind = "integers of 64 bits" if id_type == INTEGER else "strings"
-            raise InvalidQuery(f"{name}: the ids of table {table!r} are {kind}", document=i)
+            raise refused(i, ident, f"the ids of table {table!r} are {kind}")
         if key in seen:
-            raise InvalidQuery(f"{name}: the id comes twice in this request", document=i)
+            raise refused(i, ident, "the id comes twice in this request")
         seen.add(key)
         keys.append(key)
     return keys
@@ -152,42 +161,42 @@ def upsert_body(
     out: list[dict[str, Any]] = []
     to_embed: list[int] = []
     for i, (document, key) in enumerate(zip(documents, keys, strict=True)):
-        name = f"documents[{i}] (id {document.id!r})"
         if document.text is not None and payload.text_field is None:
-            raise InvalidQuery(f"{name}: table {table.name!r} keeps no text (its documents were imported without)")
+            raise refused(i, document.id, f"table {table.name!r} keeps no text (its documents were imported without)")
         vector = None
         if document.vector is not None:
             if len(document.vector) != table.dim:
                 got = counted(len(document.vector), "value")
-                raise InvalidQuery(f"{name}: a vector of {got}; the table's have {table.dim}")
+                raise refused(i, document.id, f"a vector of {got}; the table's have {table.dim}")
             try:
                 vector = written_row(document.vector)
             except InvalidQuery as error:
-                raise InvalidQuery(f"{name}: {error}", document=i) from None
+                raise refused(i, document.id, str(error)) from None
         elif document.text is None:
-            raise InvalidQuery(f"{name}: give its vector, or its text for the table's encoder to embed", document=i)
+            raise refused(i, document.id, "give its vector, or its text for the table's encoder to embed")
         else:
             to_embed.append(i)
-        fields = _fields(payload, name, document.fields)
+        fields = _fields(payload, i, document.id, document.fields)
         out.append({"id": key, "text": document.text, "vector": vector, "fields": fields})
-    check_owned(place, [d["id"] for d in out], lambda i: f"documents[{i}] (id {documents[i].id!r})")
+    check_owned(place, [d["id"] for d in out], lambda i: named(i, documents[i].id))
     if to_embed:
         record = table.encoder_record
         if record is None or encoder is None:
             i = to_embed[0]
-            raise InvalidQuery(
-                f"documents[{i}] (id {documents[i].id!r}) has no vector, and table {table.name!r} records no encoder "
-                "(its vectors came with the documents): send each document's vector",
-                document=i,
+            raise refused(
+                i,
+                documents[i].id,
+                f"it has no vector, and table {table.name!r} records no encoder (its vectors came with the "
+                "documents): send each document's vector",
             )
         texts = [documents[i].text or "" for i in to_embed]
         encoded = encoder_for(encoder).encode(texts, record.get("pooling"), strict=False)
         for j, (i, text, vector) in enumerate(zip(to_embed, texts, encoded.vectors, strict=True)):
             # a blank text is no document, as at import (a transformer would embed it as [CLS] [SEP] alone)
             if encoded.tokens[j] == 0 or not visible(text):
-                label = f"documents[{i}] (id {documents[i].id!r}): its text"
-                refused = unembedded(encoded, j, label, text, f"{encoder.name!r}, this table's encoder", document=i)
-                raise InvalidQuery(refused.message + "; send its vector", **refused.details) from None
+                label = f"{named(i, documents[i].id)}: its text"
+                failed = unembedded(encoded, j, label, text, f"{encoder.name!r}, this table's encoder", document=i)
+                raise InvalidQuery(failed.message + "; send its vector", **failed.details) from None
             out[i]["vector"] = vector.astype(np.float64).tolist()
     return {"op": "upsert", "documents": out}
 

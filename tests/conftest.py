@@ -20,8 +20,8 @@
 
 Every process the tests start shares one numba cache in the test cache (``NUMBA_CACHE_DIR``), filled in the
 background at collection (``tests/numba_cache.py``; a test that runs a UMAP or t-SNE layout waits for it with
-``numba_compiled``); commands a test declares with ``tests.early.Early`` start at collection too, and so does the
-second session that runs the modules of ``tests.beside``.
+``numba_compiled``); commands a test declares with ``tests.early.Early`` start at collection too, and so do the
+sessions that run the modules of ``tests.beside`` (the one that may read the default table once it is built).
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ NUMBA = Background(
 )
 
 
-SECOND_SESSION: list[beside.SecondSession] = []  # the session's last test, when it runs part of it beside
+BESIDE: list[beside.Wait] = []  # the session's last tests, one a session beside when it runs part of the run there
 
 
 def needs_glove(item: pytest.Item) -> bool:
@@ -253,12 +253,12 @@ def reads_early(item: pytest.Item) -> bool:
     return any(job.fixture in fixtures and (job.module == module or job.shared) for job in JOBS)
 
 
-@pytest.hookimpl(trylast=True)  # after -k and -m have deselected: only what is selected goes to the second session
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected: only what is selected goes to the sessions beside
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """The modules that use the default table run after the others, which run while it is built; in each part,
     the modules that read an early command's result (``tests.early``) or numba's compiled code (``numba_compiled``)
-    run last, while it is made. The modules of ``tests.beside`` run in a second session, whose result is the last
-    test."""
+    run last, while it is made. The modules of ``tests.beside`` run in sessions beside this one, whose results are
+    the last tests."""
     late = {item.module for item in items if needs_glove(item)}  # type: ignore[attr-defined]
     compiled = {item.module for item in items if waits_for_numba(item)}  # type: ignore[attr-defined]
     reads = {job.module for job in JOBS}
@@ -269,17 +269,31 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     items.sort(key=part)  # stable: the order within each part stays
     kept, others = beside.split(items)
-    if others and not config.option.collectonly:
-        moved = set(others)
+    if not others or config.option.collectonly:
+        return
+    waits: list[beside.Wait] = []
+    for where in beside.SESSIONS:
+        moved = set(others.get(where, ()))
+        if not moved:
+            continue
         for item in items:
-            if item.nodeid in moved and (needs_glove(item) or reads_early(item)):
+            if item.nodeid in moved and (reads_early(item) or (needs_glove(item) and not where.reads_table)):
                 raise pytest.UsageError(f"{item.nodeid} reads the default table or an early command: not beside")
-        job = beside.session_job(others)
-        second = beside.SecondSession.from_parent(
-            session, name="second session", nodeid="tests/beside.py::second session", job=job, count=len(others)
+        name, job = f"{where.name} session", beside.session_job(where, others[where])
+        table = any(needs_glove(item) for item in items if item.nodeid in moved)
+        waits.append(
+            beside.Wait.from_parent(
+                session,
+                name=name,
+                nodeid=f"tests/beside.py::{name}",
+                part=where,
+                job=job,
+                count=len(moved),
+                table=table,
+            )
         )
-        SECOND_SESSION.append(second)
-        items[:] = [*kept, second]
+    BESIDE.extend(waits)
+    items[:] = [*kept, *waits]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -300,15 +314,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for early in JOBS:
         if (early.module, early.fixture) in readers or (early.shared and early.fixture in used):
             early.start(after=GLOVE_BUILD.done if early.needs_glove else None)
-    for second in SECOND_SESSION:  # tests.beside: made after -k and -m, so it is among the items
-        second.job.start()
+    for wait in BESIDE:  # tests.beside: made after -k and -m, so they are among the items
+        wait.job.start(after=GLOVE_BUILD.done if wait.table else None)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The second session's summary line (``tests.beside``), before the suite's own."""
-    for item in SECOND_SESSION:
-        if item.done is not None:
-            terminalreporter.write_line(f"second session (tests/beside.py): {beside.summary(item.done)}")
+    """The summary line of each session beside (``tests.beside``), before the suite's own."""
+    for wait in BESIDE:
+        if wait.done is not None:
+            terminalreporter.write_line(f"{wait.name} (tests/beside.py): {beside.summary(wait.done)}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -35,29 +36,40 @@ def items(*paths: str) -> list[Item]:
     return [Item(f"{path}::test_{i}") for i, path in enumerate(paths)]
 
 
-def test_the_modules_named_exist() -> None:
-    assert beside.MODULES and all((REPO / module).is_file() for module in beside.MODULES)
+THIRD_MODULE = sorted(beside.THIRD.modules)[0]
+
+
+def test_the_modules_named_exist_each_in_one_session() -> None:
+    for part in beside.SESSIONS:
+        assert part.modules and all((REPO / module).is_file() for module in part.modules), part.name
+    assert not beside.SECOND.modules & beside.THIRD.modules
 
 
 def test_a_run_of_more_than_those_modules_sends_theirs_beside(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(beside.SECOND, raising=False)
-    run = items("tests/service/test_api.py", "tests/service/test_reload.py", "tests/index/test_x.py")
+    monkeypatch.delenv(beside.INSIDE, raising=False)
+    run = items("tests/service/test_api.py", "tests/service/test_reload.py", "tests/index/test_x.py", THIRD_MODULE)
     kept, others = beside.split(run)  # type: ignore[arg-type]  # only the node ids are read
-    assert kept == [run[0], run[2]] and others == [run[1].nodeid]
+    assert kept == [run[0], run[2]]
+    assert others == {beside.SECOND: [run[1].nodeid], beside.THIRD: [run[3].nodeid]}
 
 
 @pytest.mark.parametrize(
-    "paths", [("tests/service/test_api.py",), ("tests/service/test_reload.py", "tests/service/test_shutdown.py")]
+    "paths",
+    [
+        ("tests/service/test_api.py",),
+        ("tests/service/test_reload.py", "tests/service/test_shutdown.py"),
+        ("tests/service/test_reload.py", THIRD_MODULE),
+    ],
 )
-def test_a_run_of_only_the_one_kind_or_the_second_session_itself_is_not_split(
+def test_a_run_without_the_suite_s_own_modules_or_in_a_session_beside_is_not_split(
     monkeypatch: pytest.MonkeyPatch, paths: tuple[str, ...]
 ) -> None:
-    monkeypatch.delenv(beside.SECOND, raising=False)
+    monkeypatch.delenv(beside.INSIDE, raising=False)
     run = items(*paths)
-    assert beside.split(run) == (run, [])  # type: ignore[arg-type]
-    mixed = items("tests/service/test_api.py", "tests/service/test_reload.py")
-    monkeypatch.setenv(beside.SECOND, "1")
-    assert beside.split(mixed) == (mixed, [])  # type: ignore[arg-type]
+    assert beside.split(run) == (run, {})  # type: ignore[arg-type]
+    mixed = items("tests/service/test_api.py", "tests/service/test_reload.py", THIRD_MODULE)
+    monkeypatch.setenv(beside.INSIDE, "1")
+    assert beside.split(mixed) == (mixed, {})  # type: ignore[arg-type]
 
 
 def test_the_report_keeps_the_failures_and_the_summary() -> None:
@@ -68,6 +80,16 @@ def test_the_report_keeps_the_failures_and_the_summary() -> None:
     assert beside.summary(beside.Done(1, STDOUT, "", REPO)) == "1 failed, 13 passed in 9.00s"
 
 
+def test_a_failed_session_beside_is_named_with_its_report() -> None:
+    done = beside.Done(1, STDOUT, "", REPO)
+    wait = SimpleNamespace(part=beside.THIRD, count=14)  # what the report reads of the waiting test
+    with pytest.raises(beside.Failed) as failed:
+        raise beside.Failed(done)
+    text = beside.Wait.repr_failure(wait, failed)  # type: ignore[arg-type]
+    assert text.startswith("the third session (14 tests, tests/beside.py) exited with 1:\n")
+    assert "FAILED tests/service/test_reload.py::test_broken" in text and "1 failed, 13 passed" in text
+
+
 def test_the_tests_run_so_far_are_counted_from_the_progress_lines() -> None:
     assert beside.tests_run(STDOUT) == 14
     assert beside.tests_run("") == 0
@@ -76,21 +98,19 @@ def test_the_tests_run_so_far_are_counted_from_the_progress_lines() -> None:
 
 
 def test_a_run_selected_with_k_sends_only_the_selected_tests_beside(tmp_path: Path) -> None:
-    """A real run: ``-k`` picks one test here and one of a module of the second session, which runs it (and only
-    it: the split comes after the selection) and reports; the suite's session passes its own and the wait, saying
-    (every half second here) how far the second session is while it waits."""
-    selection = "test_the_modules_named_exist or test_spec_parsing"
-    env = {k: v for k, v in os.environ.items() if k != beside.SECOND} | {"EMBEDDING_TESTS_PROGRESS_SECONDS": "0.5"}
+    """A real run: ``-k`` picks one test here, one of a module of the second session and one of the third's, which
+    run them (and only them: the split comes after the selection) and report; the suite's session passes its own
+    and the waits, saying (every half second here) how far a session beside is while it waits."""
+    selection = "test_the_modules_named_exist or test_spec_parsing or test_the_wait_after_failures_in_a_row_doubles"
+    env = {k: v for k, v in os.environ.items() if k != beside.INSIDE} | {"EMBEDDING_TESTS_PROGRESS_SECONDS": "0.5"}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path), "-k"]
+    modules = ["tests/test_beside.py", "tests/index/build/test_compressed.py", "tests/service/test_auto_compaction.py"]
     run = subprocess.run(
-        [*command, selection, "tests/test_beside.py", "tests/index/build/test_compressed.py"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [*command, selection, *modules], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "second session (tests/beside.py): 1 passed" in run.stdout
+    for name in ("second", "third"):
+        assert f"{name} session (tests/beside.py): 1 passed" in run.stdout, run.stdout[-2000:]
+    # The third session may be done by the time its wait comes, after the second's.
     assert re.search(r"^waiting for the second session: [01] of its 1 tests run$", run.stdout, re.MULTILINE)
-    assert re.search(r"^2 passed, \d+ deselected", run.stdout, re.MULTILINE), run.stdout[-2000:]
+    assert re.search(r"^3 passed, \d+ deselected", run.stdout, re.MULTILINE), run.stdout[-2000:]

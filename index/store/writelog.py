@@ -690,10 +690,15 @@ def empty_replaced(path: Path) -> int:
     that no new log file takes its inode, by which readers tell the files apart. Returns the bytes given back.
     Every record it held is in the table's newest version or in the log: only a worker still on an older version
     that had not read its last records needs it, and that one answers 503 until it has loaded the newest
-    (``service.live``), as after two cuts."""
+    (``service.live``), as after two cuts. A cut killed between linking the log there and renaming its new file over
+    the log leaves the log itself there: that link is removed, the log left whole."""
     previous = previous_path(path)
     try:
-        size = previous.stat().st_size
+        found = previous.stat()
+        if os.path.samestat(found, os.stat(path)):
+            previous.unlink()
+            return 0
+        size = found.st_size
         if size:
             os.truncate(previous, 0)
     except FileNotFoundError:

@@ -37,6 +37,9 @@ const KIND_CARDS = {
   words: "word cards", tokens: "word cards", transformer: "word cards + Contextual vectors", documents: "Search card",
 };
 const MAX_QUERY = 16_000; // characters of the URL's query, well inside the server's limit on a request's head
+// A table stepped to with the keyboard on the closed picker (each arrow key picks the next) is used once the steps
+// have stopped this long, or on Enter or leaving the picker: the tables passed over are not asked for.
+const TABLE_SETTLE_MS = 250;
 
 const $ = (id) => document.getElementById(id);
 const state = { ...DEFAULTS };
@@ -784,12 +787,29 @@ async function loadTables() {
   if (!config.tsne_available) {
     methodUnavailable("tsne", `t-SNE needs the openTSNE package on the server (${config.map_install})`);
   }
-  select.onchange = () => {
+  const useTable = () => {
+    clearTimeout(settling);
+    settling = 0;
+    if (select.value === state.table) return;
     state.table = select.value;
     Object.assign(state, { doc: "", filter: "", offset: "", text: "", mode: "" }); // a document query belongs to its table
     showTableInfo(tables);
     writeURL(true);
     runAll();
+  };
+  let keyed = false; // the next change is a key's step, not a pick from the open list
+  let settling = 0;
+  select.onkeydown = (event) => {
+    if (event.key === "Enter") useTable();
+    else keyed = event.key !== "Tab";
+  };
+  select.onpointerdown = () => { keyed = false; };
+  select.onblur = () => { if (settling) useTable(); };
+  select.onchange = () => {
+    clearTimeout(settling);
+    if (keyed) settling = setTimeout(useTable, TABLE_SETTLE_MS);
+    else useTable();
+    keyed = false;
   };
   return true;
 }

@@ -475,7 +475,8 @@ export class DocumentSearch {
     const item = el("li", { class: "ds-hit", "data-id": String(hit.id) },
       el("div", { class: "ds-hit-head" },
         el("span", { class: "ds-id" }, String(hit.id)),
-        el("span", { class: "score", title: scoreTitle(mode, hit.ranks) }, hit.score.toFixed(3)),
+        el("span", { class: "score", title: scoreTitle(mode) }, hit.score.toFixed(3)),
+        mode === "hybrid" && hit.ranks ? el("span", { class: "muted ds-ranks" }, fusedRanks(hit.ranks)) : null,
         shared.size ? el("span", { class: "muted ds-shared" }, `${common.size} shared word${common.size === 1 ? "" : "s"}`) : null,
         el("button", {
           type: "button", class: "secondary small ds-more", onclick: () => this.searchFrom(String(hit.id)),
@@ -514,13 +515,16 @@ export class DocumentSearch {
   }
 }
 
-/** What a hit's score is in search ``mode`` (none: more like a document, by cosine); a fused hit's ranks in the
- * lists fused. */
-function scoreTitle(mode, ranks) {
+/** What a hit's score is in search ``mode`` (none: more like a document, by cosine). */
+function scoreTitle(mode) {
   if (mode === "keyword") return "BM25 score of the query's words";
-  if (mode !== "hybrid") return "cosine with the query";
-  const where = Object.entries(ranks || {}).map(([list, rank]) => `${list} no. ${rank}`);
-  return `fused score (reciprocal rank fusion)${where.length ? `: ${where.join(", ")}` : ""}`;
+  return mode === "hybrid" ? "fused score (reciprocal rank fusion)" : "cosine with the query";
+}
+
+/** A fused hit's rank in each list fused, shown beside its score (not on hover only: a keyboard, touch or
+ * screen-reader user reads it there too). */
+function fusedRanks(ranks) {
+  return Object.entries(ranks).map(([list, rank]) => `${list} no. ${rank}`).join(", ");
 }
 
 /** ``parent`` with ``text`` appended, the words in ``words`` (lower-cased) inside <mark> within its first

@@ -3,7 +3,8 @@
 killed with SIGKILL and four searches, the other killed and one more search; each command's output compared with the
 page's, and the page's access line of the request retried on the second replica with nginx's real one.
 
-Not in the second session (``tests/beside.py``) with test_nginx.py: it serves the default table (``glove_data_dir``).
+In the third session (``tests/beside.py``), not in the second with test_nginx.py: it serves the default table
+(``glove_data_dir``).
 """
 
 from __future__ import annotations

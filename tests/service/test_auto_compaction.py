@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -103,10 +104,10 @@ def test_a_failed_compaction_and_the_next_that_succeeds_are_counted_in_the_metri
     with real_server.running(data, tmp_path / "serve.log", "--workers", "2", env=env) as server:
         url = f"{server.base}/v1/tables/lee"
         assert compactions(server.base) == {}
-        for first in range(0, len(lee_docs.ids), 100):  # every document deleted: not compacted
-            body = {"ids": lee_docs.ids[first : first + 100]}
-            answer = real_server.HTTP.post(f"{url}/documents/delete", json=body, headers=HEADERS)
-            assert answer.status_code == 200, answer.text
+        # every document deleted, in one write (a look between several could compact the first): not compacted
+        body = {"filter": {"year": {"gte": min(lee_docs.fields["year"])}}}
+        answer = real_server.HTTP.post(f"{url}/documents/delete", json=body, headers=HEADERS)
+        assert answer.status_code == 200 and answer.json()["deleted"] == len(lee_docs.ids), answer.text
         failed = ("embedding_compactions_total", "lee", "failed")
         real_server.wait_for(lambda: failed in compactions(server.base), seconds=SECONDS, what="the failure counted")
         assert compactions(server.base) == {failed: 1.0}
@@ -277,6 +278,40 @@ def test_a_background_compaction_that_gives_up_on_the_lock_says_what_the_server_
         "and its log, and is tried again in 60s: end that compaction if it hangs"
     ), said
     assert artifact.read_manifest(data / "lee").get("log_sequence") is None
+
+
+def test_a_background_compaction_killed_is_said_killed_and_the_next_one_compacts(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's compaction child killed (by the OOM killer, or ``kill -9``) was said to have failed with the last
+    progress line it had printed (``compaction failed (embedding-index: checksums: done (2 MiB of 2 MiB) in 0s)``),
+    or as ``exit -9``: its line names the signal. Its lock dies with it: the next compaction folds the write."""
+    from service import compacting
+
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    with writelog.appending(writelog.log_path(data, "lee")) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    auto = compacting.AutoCompaction(data, 1, 0)
+    lock = writelog.log_path(data, "lee").with_suffix(".compacting")
+    outcome: list[compacting.Failed | None] = []
+    with caplog.at_level(logging.INFO, logger="service.compacting"):
+        compacting_thread = threading.Thread(target=lambda: outcome.append(auto._compact("lee")))
+        compacting_thread.start()
+        # killed at work: once the child holds the table's compaction lock (its id in the lock file), long before
+        # it has verified the table, folded the write, built and published the next version
+        deadline = time.monotonic() + SECONDS
+        while not ((child := auto._child) and lock.is_file() and lock.read_text().strip() == str(child.pid)):
+            assert time.monotonic() < deadline and compacting_thread.is_alive(), "the compaction never took its lock"
+            time.sleep(0.005)
+        child.kill()
+        compacting_thread.join(SECONDS)
+        assert outcome and outcome[0] is not None
+        [said] = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]
+        assert said.startswith("table 'lee': compaction failed (killed by SIGKILL); it keeps its version"), said
+        assert auto._compact("lee") is None  # no lock left behind
+    assert artifact.read_manifest(data / "lee")["log_sequence"] == 1 and not list(data.glob(".tmp-*"))
 
 
 def test_a_compaction_that_keeps_failing_is_tried_again_later_each_time_until_its_cause_is_removed(

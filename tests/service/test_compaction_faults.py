@@ -8,6 +8,7 @@ import random
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -422,3 +423,50 @@ def test_a_writer_killed_in_a_record_during_a_compaction_does_not_fail_it(
     assert done["written"] == 3 and done["kept"] == 2
     assert artifact.read_manifest(data / "lee")["log_sequence"] == 3 and artifact.verify(data / "lee").ok
     assert [r.seq for r in recovered(log)] == [4, 5]
+
+
+# ``embedding-index compact`` SIGKILLed in its cut of the log: after it linked the log as the file the cut replaces,
+# before it renamed the new log file over the log.
+KILLED_IN_ITS_CUT = """
+import os, signal, sys
+from index.build.cli import main
+rename = os.rename
+def killed_before_the_log_is_replaced(source, target):
+    if str(source).endswith(".log.cut"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    rename(source, target)
+os.rename = killed_before_the_log_is_replaced
+sys.argv = ["embedding-index", "--quiet", "compact", "lee", "--data-dir", sys.argv[1]]
+main()
+"""
+
+
+def test_a_compaction_killed_in_its_cut_leaves_no_write_to_be_lost_by_the_next(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed between the cut's link and its rename, a compaction left the log itself as the file the cut replaced
+    (two names of one file). The next cut emptied that "replaced file" to make room, so emptied the log: the writes
+    it was to keep (made while that compaction built) were lost, and the cut then read the emptied file for ever,
+    holding the log's lock, so that every write to the table waited behind it."""
+    data, log = lee_with_log(lee_data_dir, tmp_path)
+    append(log, lee_docs, 0, 3)
+    killed = subprocess.run([real_server.BIN / "python", "-c", KILLED_IN_ITS_CUT, data], capture_output=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert os.path.samefile(log, writelog.previous_path(log))  # what the kill left
+    assert artifact.read_manifest(data / "lee")["log_sequence"] == 3  # published, the log not cut
+    append(log, lee_docs, 3, 2)  # writes 4 and 5, answered by the server after the kill
+    build = compact_module.build_table
+
+    def written_meanwhile(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        append(log, lee_docs, 5, 2)  # writes 6 and 7, made while the next compaction builds: its cut keeps them
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(compact_module, "build_table", written_meanwhile)
+    done: dict[str, Any] = {}
+    compacting = threading.Thread(target=lambda: done.update(compact(data, "lee")), daemon=True)
+    compacting.start()
+    compacting.join(120)
+    assert not compacting.is_alive(), "the compaction's cut never ended"
+    assert done["written"] == 2 and done["kept"] == 2 and done["log_sequence"] == 5
+    assert [r.seq for r in recovered(log)] == [6, 7]
+    assert artifact.verify(data / "lee").ok and artifact.read_manifest(data / "lee")["rows"] == 305

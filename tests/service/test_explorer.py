@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import httpx
 import numpy as np
@@ -381,6 +382,37 @@ def test_similarity_and_table_switch(server: str, api: httpx.Client, watched: Wa
     body = {"words": ["breakfast", "cereal", "dinner", "lunch"]}
     odd = api.post(f"/v1/tables/{TOKENS_TABLE}/doesnt-match", json=body).json()
     assert page.locator("#odd-out .scores .score").all_inner_texts() == [f"{r['score']:.3f}" for r in odd["ranking"]]
+    watched.assert_clean()
+
+
+def test_arrow_keys_on_the_table_picker_ask_only_for_the_table_they_stop_on(server: str, watched: Watched) -> None:
+    """Stepping through the closed table picker with the arrow keys picks each table in turn; the cards ask the
+    server for the one the steps stop on only, not for each table passed over (a pick from the open list is used
+    at once: the other tests' select_option)."""
+    watched.open(server, f"?table={TOKENS_TABLE}&word=heart")
+    page = watched.page
+    page.wait_for_load_state("networkidle")
+    names = page.eval_on_selector_all("#table option", "os => os.map(o => o.value)")
+    assert names == [TOKENS_TABLE, TWIN_TABLE, WORDS_TABLE], names
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(urlparse(r.url).path))
+    page.focus("#table")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")  # passes names[1] over
+    page.wait_for_function("t => new URLSearchParams(location.search).get('table') === t", arg=names[2])
+    page.wait_for_selector("#neighbours-out:not([aria-busy]) .scores")
+    page.wait_for_load_state("networkidle")
+    tables = {path.split("/")[3] for path in asked if path.startswith("/v1/tables/")}
+    assert tables == {names[2]}, asked
+    assert page.input_value("#table") == names[2] and page.inner_text("#table-info").startswith("words")
+    # Enter uses the table stepped to at once; so does leaving the picker.
+    page.keyboard.press("ArrowUp")
+    page.keyboard.press("Enter")
+    assert watched.state()["table"] == names[1]
+    page.keyboard.press("ArrowUp")
+    page.keyboard.press("Tab")
+    assert watched.state()["table"] == names[0]
+    page.wait_for_selector("#neighbours-out:not([aria-busy]) .scores")
     watched.assert_clean()
 
 

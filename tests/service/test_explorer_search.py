@@ -553,19 +553,26 @@ def test_a_text_search_plugs_into_the_text_box(
     watched.assert_clean(expected_404=("/tokens/zzqqxv",))
 
 
-# What each mode's score is, as a hit's score says on hover: a fused hit names its ranks in the lists fused.
+# What each mode's score is, as a hit's score says on hover.
 SCORE_TITLES = {
-    "vector": lambda hit: "cosine with the query",
-    "keyword": lambda hit: "BM25 score of the query's words",
-    "hybrid": lambda hit: (
-        "fused score (reciprocal rank fusion): "
-        + ", ".join(f"{name} no. {rank}" for name, rank in hit["ranks"].items())
-    ),
+    "vector": "cosine with the query",
+    "keyword": "BM25 score of the query's words",
+    "hybrid": "fused score (reciprocal rank fusion)",
 }
 
 
 def score_titles(page: Any) -> list[str]:
     return page.eval_on_selector_all("#ds-out .ds-hit .score", "spans => spans.map(s => s.title)")
+
+
+def fused_ranks(page: Any) -> list[str]:
+    """Each hit's ranks in the lists fused as its head shows them, in its text (not on hover only: a keyboard,
+    touch or screen-reader user reads them too); None for a hit of no fused list, "hidden" for ranks not shown."""
+    return page.eval_on_selector_all(
+        "#ds-out .ds-hit-head",
+        "heads => heads.map(h => h.querySelector('.ds-ranks')).map(r => !r ? null : r.checkVisibility() ? r.innerText"
+        " : 'hidden')",
+    )
 
 
 def test_text_searches_by_the_tables_own_modes(
@@ -591,7 +598,13 @@ def test_text_searches_by_the_tables_own_modes(
         assert body == {"text": "firefighters battle bushfires near Sydney", "mode": mode, "k": 10, "offset": 0}
         answer = api.post(f"/v1/tables/{EMBEDDED}/search", json=body).json()
         assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
-        assert score_titles(page) == [SCORE_TITLES[mode](hit) for hit in answer["hits"]]
+        assert score_titles(page) == [SCORE_TITLES[mode]] * len(answer["hits"])
+        hits = answer["hits"]
+        if mode == "hybrid":  # each hit's rank in each list fused, beside its score
+            ranks = [", ".join(f"{name} no. {rank}" for name, rank in hit["ranks"].items()) for hit in hits]
+            assert fused_ranks(page) == ranks and any(len(hit["ranks"]) == 2 for hit in hits), ranks
+        else:
+            assert fused_ranks(page) == [None] * len(hits), mode
         if mode != "vector":  # BM25 finds the fire stories; a mean of GloVe rows is a weaker guide
             assert sum("fire" in hit["text"].lower() for hit in answer["hits"][:5]) >= 3, mode
         assert not page.is_visible("#ds-out .ds-fallback")
@@ -604,7 +617,8 @@ def test_text_searches_by_the_tables_own_modes(
     answer = api.post(f"/v1/tables/{EMBEDDED}/search", json=sent(page)).json()
     assert answer["fallback"]["mode"] == "keyword" and len(answer["hits"]) == 10
     assert [hit["id"] for hit in shown_hits(page)] == [hit["id"] for hit in answer["hits"]]
-    assert score_titles(page) == [SCORE_TITLES["keyword"](hit) for hit in answer["hits"]]  # BM25's scores
+    assert score_titles(page) == [SCORE_TITLES["keyword"]] * len(answer["hits"])  # BM25's scores
+    assert fused_ranks(page) == [None] * len(answer["hits"])  # nothing fused
     note = page.inner_text("#ds-out .ds-fallback")
     assert note.startswith("Searched by keyword only: text 'canyoning': no word of it is known") and "(small)" in note
     assert set(page.locator("#ds-out .ds-shared").all_inner_texts()) == {"1 shared word"}  # the one word asked

@@ -18,7 +18,7 @@ from tests.request_path import RequestPath, TracedClient, traced_client
 GLOVE = glove_package.DEFAULT_NAME
 # The most modules each path may enter, and the most times it may go back into any one of them.
 NEIGHBORS_LIMITS = (13, 2)
-HYBRID_LIMITS = (18, 3)
+HYBRID_LIMITS = (18, 2)
 
 
 @pytest.fixture(scope="module")

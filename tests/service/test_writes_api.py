@@ -293,8 +293,11 @@ def test_a_bad_document_is_a_422_naming_it(
     before = get(server, "ok-0")
     answer = post(server, "/documents", {"documents": [{"id": "ok-0", "text": NOTE}, document]})
     assert answer.status_code == 422, answer.text
-    message = answer.json()["error"]["message"]
+    error = answer.json()["error"]
+    message = error["message"]
     assert all(word in message for word in words), message
+    # the document's index in the request, as the client's refusal before sending gives it (a body's shape: a path)
+    assert error.get("document") == (None if message.startswith("documents.1.") else 1), error
     assert get(server, "ok-0").status_code == before.status_code  # nothing of the request was written
 
 

@@ -606,6 +606,21 @@ def test_a_full_disk_gets_back_the_room_of_the_file_a_cut_replaced(
         assert [r.seq for r in recovered(path)] == list(range(last + 1, again + 1))
 
 
+def test_a_full_disk_never_empties_the_log_a_killed_cut_left_as_its_replaced_file(tmp_path: Path) -> None:
+    """A cut killed between linking the log as the file it replaces and renaming its new file over the log leaves
+    the log under both names. A write on a full disk emptied that "replaced file" for its room, so emptied the log,
+    then wrote its record into it: every earlier record was lost, and the write answered. The link goes instead;
+    the write is refused, the log whole."""
+    with small_tmpfs(tmp_path / writelog.DIRECTORY, "64k") as logs:
+        path = logs / "t.log"
+        last = fill(path)
+        os.link(path, writelog.previous_path(path))  # what the killed cut left
+        with writelog.appending(path) as log, pytest.raises(writelog.LogWriteFailed, match="No space left"):
+            log.append(last + 1, body(last))
+        assert [r.seq for r in recovered(path)] == list(range(1, last + 1))
+        assert not writelog.previous_path(path).exists()
+
+
 def test_a_cut_on_a_full_disk_frees_the_file_the_last_cut_replaced_first(tmp_path: Path) -> None:
     with small_tmpfs(tmp_path / writelog.DIRECTORY, "64k") as logs:
         path = logs / "t.log"

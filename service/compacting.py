@@ -19,7 +19,6 @@ of each table's last success (``service.http.metrics``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -34,6 +33,7 @@ from index.engine.door import manifest_is_sharded
 from index.errors import EVERY_DOCUMENT_DELETED, WAIT_LONGER
 from index.store import artifact, writelog
 from service.http.metrics import count_compaction
+from service.indexing import END_SECONDS, end
 from service.logs import cannot_look, said_once
 
 log = logging.getLogger("service.compacting")
@@ -109,12 +109,13 @@ class AutoCompaction:
         self._thread.start()
 
     def stop(self) -> None:
+        """End a compaction still running (the server is stopping): the table keeps its version and its log."""
         self._stop.set()
         child = self._child
-        if child is not None and child.poll() is None:
-            child.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.wait(timeout=10)
+        if child is not None:
+            end(child)
+        if self._thread.is_alive():  # its last word said before the process ends
+            self._thread.join(timeout=END_SECONDS)
 
     def _run(self) -> None:
         trouble: str | None = None  # why the last look failed, said once until a look succeeds
@@ -129,6 +130,8 @@ class AutoCompaction:
                 if self._stop.is_set():
                     return
                 failed = self._compact(name)
+                if self._stop.is_set():  # ended with the server: no outcome to count
+                    return
                 count_compaction(name, failed is None)
                 if failed is None:
                     for key in [key for key in self.pending if key == name or key.startswith(f"{name}/")]:
@@ -240,7 +243,7 @@ class AutoCompaction:
     def _compact(self, name: str) -> Failed | None:
         """Compact table ``name`` in a child process: None when it did, else when to try it again (said in the
         log)."""
-        command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "compact", name]
+        command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "--background", "compact", name]
         command += ["--data-dir", str(self.data_dir), "--wait", f"{writelog.COMPACTION_WAIT_SECONDS:g}"]
         documents = sum(state.documents for key, state in self.pending.items() if key.split("/")[0] == name)
         log.info("table %r: compacting %d written or deleted documents into its next version", name, documents)
@@ -257,6 +260,9 @@ class AutoCompaction:
         if child.returncode == 0:
             log.info("table %r: %s", name, output.strip().splitlines()[-1])
             return None
+        if self._stop.is_set():
+            log.info("table %r: compaction stopped with the server; it keeps its version and its log", name)
+            return failed
         last = ended(child.returncode, output)
         if f"not compacted: {EVERY_DOCUMENT_DELETED}" in last:  # refused so until the table is written to
             failed.written = self._written(name)

@@ -37,8 +37,24 @@ from service.temp_dirs import INDEX_STATUS, locked_temp_dir
 
 log = logging.getLogger("service.indexing")
 CHILD_NICE = 10
+END_SECONDS = 10.0  # how long a background child ends by itself once the server stopping asks it to
 LOOK_SECONDS = 2.0  # how often the builds look for tables published with a deferred index, when the data
 # directory is not watched (EMBEDDING_WATCH_SECONDS=0): a supervisor of workers sees none of their reloads
+
+
+def end(child: subprocess.Popen[str]) -> None:
+    """End a background child (``embedding-index --background``) as the server stops: SIGTERM, which it takes as an
+    interrupt (its temporary folder removed, its locks let go), then SIGKILL if it is still running ``END_SECONDS``
+    later (inside a long native call), its leftovers then removed by the next start's recovery."""
+    if child.poll() is not None:
+        return
+    child.terminate()
+    try:
+        child.wait(timeout=END_SECONDS)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=END_SECONDS)
 
 
 def defers_index(directory: Path) -> bool:
@@ -129,10 +145,8 @@ class IndexBuilds:
         child = self._child
         self._stopping = True
         self._wake.set()
-        if child is not None and child.poll() is None:
-            child.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.wait(timeout=10)
+        if child is not None:
+            end(child)
         shutil.rmtree(self.status_dir, ignore_errors=True)
 
     def join(self, timeout: float | None = None) -> None:
@@ -229,7 +243,8 @@ class IndexBuilds:
         last = ""
         for line in child.stdout or ():  # the builder's progress lines, every few seconds
             last = line.rstrip()
-            log.info("table %r: %s", name, last.removeprefix("embedding-index: "))
+            if not self._stopping:  # then its last line is of the stop the server says
+                log.info("table %r: %s", name, last.removeprefix("embedding-index: "))
         if child.wait() != 0:
             if self._stopping:
                 log.info("table %r: index build stopped with the server; the next start builds it", name)

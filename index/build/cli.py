@@ -175,8 +175,8 @@ def options(
         typer.Option(
             "--background",
             hidden=True,
-            help="Run as embedding-serve's background build: a Ctrl-C on the server's terminal is left to the server, "
-            "which stops this process itself.",
+            help="Run as embedding-serve's background build or compaction: a Ctrl-C on the server's terminal is left "
+            "to the server, which stops this process itself with SIGTERM, taken as an interrupt.",
         ),
     ] = False,
 ) -> None:
@@ -188,6 +188,9 @@ def options(
         os.nice(nice)
     if background:  # else the terminal's Ctrl-C reaches it too, and it says no table was built, of a table served
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # The server's SIGTERM ends it as an interrupt would: its temporary folder removed, its locks let go (the
+        # default ends the process at once, leaving the folder to the next start's recovery)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def _threads_variable() -> None:

@@ -82,6 +82,7 @@ from index.engine.knn import (
     within_float32,
 )
 from index.engine.layout import (
+    MAP_INSTALL,
     LayoutCache,
     Projection,
     colour_column,
@@ -154,6 +155,7 @@ __all__ = [
     "INTEGER",
     "LISTS",
     "LOOKUP_LIMIT",
+    "MAP_INSTALL",
     "MAX_DIM",
     "MAX_TOKEN_CHARS",
     "MOST_LISTED",

@@ -62,6 +62,9 @@ SAME_DIRECTION = 1e-6  # unit rows no further apart than this in any coordinate 
 MIN_NONLINEAR_ROWS = 4  # t-SNE of fewer rows is degenerate; UMAP's spectral initialisation needs four
 # method -> (module to import, the PyPI package that provides it); both come with the ``map`` extra
 PACKAGES = {"tsne": ("openTSNE", "openTSNE"), "umap": ("umap", "umap-learn")}
+# How a server gets t-SNE and UMAP: the extra installed from the project's own checkout (PyPI's package of the same
+# name is another project's) or built into the image. The 422 of a missing package and the explorer page say it.
+MAP_INSTALL = "the map extra: .venv/bin/pip install -e '.[map]' in the checkout, or docker build --build-arg EXTRAS=map"
 _UMAP_LOCK = threading.Lock()  # umap-learn does not promise thread safety; a few rows take milliseconds
 KIND_FLAGS = (("special", FLAG_SPECIAL), ("continuation", FLAG_CONTINUATION))
 TOKEN_KIND = "token kind"  # the colour column model-token tables get from their token flags
@@ -150,7 +153,7 @@ def missing_package(method: str) -> InvalidQuery:
     package = PACKAGES[method][1]
     name = {"tsne": "t-SNE", "umap": "UMAP"}[method]
     return InvalidQuery(
-        f"{name} needs the {package} package, which this server does not have (pip install 'embedding-search[map]')",
+        f"{name} needs the {package} package, which this server does not have ({MAP_INSTALL})",
         package=package,
         extra="map",
     )

@@ -26,6 +26,7 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 from index.engine.door import (
+    MAP_INSTALL,
     LayoutCache,
     Table,
     colour_column,
@@ -71,7 +72,7 @@ async def get_layout(request: Request, table: Table, method: str) -> Any:
         if not rows:
             raise InvalidQuery("t-SNE maps are off on this server (EMBEDDING_MAP_TSNE_ROWS=0)")
         if not tsne_available():
-            raise InvalidQuery("t-SNE maps need the openTSNE package, which this server does not have")
+            raise InvalidQuery(f"t-SNE maps need the openTSNE package, which this server does not have ({MAP_INSTALL})")
         params = {**MAP_TSNE, "rows": min(rows, table.rows)}
         least = tsne_least_rows(MAP_TSNE["perplexity"])
         if params["rows"] < least:  # the setting has that many (service.settings): the table has fewer
@@ -259,6 +260,7 @@ async def explorer_config(request: Request, registry: RegistryDep, settings: Set
             "default_reason": reason,
             "tsne_rows": settings.map_tsne_rows,
             "tsne_available": tsne_available(),
+            "map_install": MAP_INSTALL,
             "max_export_rows": MAX_EXPORT_ROWS,
         }
     )

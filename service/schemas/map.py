@@ -72,4 +72,5 @@ class ExplorerConfig(BaseModel):
     default_reason: str = Field(description="why that table: 'EMBEDDING_TABLES', 'glove-6b-50d' or 'first'")
     tsne_rows: int = Field(description="rows of the t-SNE layout (EMBEDDING_MAP_TSNE_ROWS; 0: t-SNE off)")
     tsne_available: bool
+    map_install: str = Field(description="how this server would get t-SNE and UMAP (the map extra), when it has not")
     max_export_rows: int

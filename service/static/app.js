@@ -45,7 +45,7 @@ const $ = (id) => document.getElementById(id);
 const state = { ...DEFAULTS };
 const pending = {}; // section -> number of its latest request, so stale answers are dropped
 let lastMap = null;
-let config = { default_table: null, tsne_rows: 0, tsne_available: false, max_export_rows: 50000 };
+let config = { default_table: null, tsne_rows: 0, tsne_available: false, map_install: "the map extra", max_export_rows: 50000 };
 let tableMap = null;
 let documentSearch = null;
 let contextual = null;
@@ -785,7 +785,7 @@ async function loadTables() {
   showTableInfo(tables);
   fillCompare();
   if (!config.tsne_available) {
-    methodUnavailable("tsne", "t-SNE needs the openTSNE package on the server (pip install 'embedding-search[map]')");
+    methodUnavailable("tsne", `t-SNE needs the openTSNE package on the server (${config.map_install})`);
   }
   const useTable = () => {
     clearTimeout(settling);

@@ -11,6 +11,9 @@ import logging
 import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime
@@ -445,3 +448,100 @@ def test_the_wait_after_failures_in_a_row_doubles_up_to_an_hour() -> None:
     assert waits(0, 9) == [60, 120, 240, 480, 960, 1920, 3600, 3600, 3600]
     assert waits(0.5, 4) == [0.5, 1, 2, 4]
     assert waits(7200, 3) == [7200, 7200, 7200]
+
+
+def holding(path: Path) -> list[int]:
+    """The other processes that have the file at ``path`` open (a compaction in its lock, or waiting for it)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):  # a process that ended meanwhile, or not ours to look at
+            if any(os.readlink(fd) == str(path) for fd in (entry / "fd").iterdir()):
+                pids.append(int(entry.name))
+    return pids
+
+
+def written_once(lee_data_dir: Path, lee_docs: Lee, data: Path) -> list[writelog.Record]:
+    """A copy of the Lee table in ``data`` with one write in its log (a deletion): the log's records."""
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    with writelog.appending(writelog.log_path(data, "lee")) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    return recovered(writelog.log_path(data, "lee"))
+
+
+def as_it_was(data: Path, records: list[writelog.Record]) -> None:
+    """The table ``lee`` in ``data`` as before an ended compaction: its version, its log, no temporary folder, its
+    compaction lock free."""
+    from index.build.compact import locked
+
+    assert artifact.read_manifest(data / "lee").get("log_sequence") is None
+    assert recovered(writelog.log_path(data, "lee")) == records
+    assert not [path.name for path in data.iterdir() if path.name.startswith((".tmp-", ".old-"))]
+    with locked(data, "lee", wait=0):
+        pass
+
+
+def test_a_background_compaction_leaves_ctrl_c_to_the_server_and_takes_its_sigterm_as_an_interrupt(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """``embedding-index --background compact``, as the server runs it: the terminal's Ctrl-C is ignored (the server
+    ends it), and the server's SIGTERM ends it as an interrupt does (exit status 130 and its one line; what an
+    interrupt cleans up, tests/index/build/test_cli.py), nothing lost. The default SIGTERM ended it at once, its
+    temporary folder, had it been writing one, left to the next start's recovery."""
+    from index.build.compact import locked
+
+    data = tmp_path / "data"
+    records = written_once(lee_data_dir, lee_docs, data)
+    lock = writelog.compaction_lock(data, "lee")
+    command = [sys.executable, "-m", "index", "--background", "compact", "lee", "--data-dir", str(data)]
+    with locked(data, "lee"):  # the compaction waits for it: still running when it is signalled
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            real_server.wait_for(lambda: child.pid in holding(lock), seconds=SECONDS, what="the compaction's wait")
+            ignored = int(re.search(r"SigIgn:\s*(\w+)", Path(f"/proc/{child.pid}/status").read_text())[1], 16)
+            assert ignored & (1 << (signal.SIGINT - 1))
+            child.terminate()
+            output = child.communicate(timeout=60)[0]
+        finally:
+            if child.poll() is None:
+                child.kill()
+    interrupted = "\nembedding-index: interrupted; no table was built or replaced\n"
+    assert child.returncode == 130 and output.endswith(interrupted), output
+    as_it_was(data, records)
+
+
+def test_ctrl_c_on_the_servers_terminal_ends_the_compaction_as_the_server_says(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """Ctrl-C on the terminal of ``make run`` while the server compacts a table (SIGINT to its process group, the
+    compaction's child in it): the server ends the compaction itself and says so. The child relayed its own
+    "interrupted" and the server called the compaction failed."""
+    from index.build.compact import locked
+
+    data = tmp_path / "data"
+    records = written_once(lee_data_dir, lee_docs, data)
+    env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": "1", "EMBEDDING_VERIFY_CHECKSUMS": "false"}
+    with locked(data, "lee"):  # the server's compaction waits for it: running when Ctrl-C is typed
+        server = real_server.start(data, tmp_path / "serve.log", env=env, terminal=True)
+        try:
+            lock = writelog.compaction_lock(data, "lee")
+            real_server.wait_for(lambda: bool(holding(lock)), seconds=SECONDS, what="the compaction's wait")
+            os.killpg(server.process.pid, signal.SIGINT)
+            assert server.process.wait(timeout=60) == 0
+        finally:
+            server.stop()
+
+    def group_gone() -> bool:
+        try:
+            os.killpg(server.process.pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    real_server.wait_for(group_gone, seconds=30, what="the compaction's child to end")
+    log = server.log()
+    assert "table 'lee': compaction stopped with the server; it keeps its version and its log" in log, log
+    assert "interrupted" not in log and "compaction failed" not in log, log
+    as_it_was(data, records)

@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 from bench.common import free_port
+from index.engine.layout import MAP_INSTALL
 from index.engine.table import Table
 from tests.minilm import MINILM
 from tests.service.browser import Watched, launched, ring_contrast, save_screenshot
@@ -1477,7 +1478,7 @@ def test_umap_draws_the_api_layout_and_a_missing_package_disables_it(
 
     # A server without umap-learn answers 422 naming the package (tests/service/test_projection_methods.py): the
     # page shows the message and disables UMAP.
-    message = "UMAP needs the umap-learn package, which this server does not have (pip install 'embedding-search[map]')"
+    message = f"UMAP needs the umap-learn package, which this server does not have ({MAP_INSTALL})"
     envelope = {"error": {"code": "invalid_request", "message": message, "package": "umap-learn", "extra": "map"}}
     page.route("**/project", lambda route: route.fulfill(status=422, json=envelope))
     page.click("#map-form button[type=submit]")
@@ -1488,6 +1489,21 @@ def test_umap_draws_the_api_layout_and_a_missing_package_disables_it(
     page.wait_for_selector("#map-out:not([aria-busy]) svg >> text=/PC1/")
     # The message is gone with the map; the radio button still says why it is off, in its name, not in a tooltip.
     assert page.get_by_role("radio", name="UMAP (not on this server)", exact=True).is_disabled()
+
+    # A server without openTSNE says so in GET /v1/explorer: the page disables t-SNE at once, and its reason names
+    # the install the server gives there (the project's own checkout or image, never PyPI's namesake).
+    def without_tsne(route: Any) -> None:
+        answer = route.fetch()
+        route.fulfill(response=answer, json={**answer.json(), "tsne_available": False})
+
+    page.route("**/v1/explorer", without_tsne)
+    page.reload()
+    page.wait_for_selector("#method-tsne:disabled")
+    label = page.locator("label", has=page.locator("#method-tsne"))
+    assert label.get_attribute("title") == f"t-SNE needs the openTSNE package on the server ({MAP_INSTALL})"
+    assert page.get_by_role("radio", name="t-SNE (not on this server)", exact=True).is_disabled()
+    assert api.get("/v1/explorer").json()["map_install"] == MAP_INSTALL
+    page.unroute("**/v1/explorer")
     watched.assert_clean(expected_422=("project",))
 
 

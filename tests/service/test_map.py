@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from index.build.sources import RawTable, glove_package
 from index.build.writer import build_table
-from index.engine.layout import TOKEN_KIND
+from index.engine.layout import MAP_INSTALL, TOKEN_KIND
 from index.engine.table import Table
 from index.store import artifact
 from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
@@ -308,7 +308,7 @@ def test_tsne_of_the_most_frequent_rows_is_seeded_recorded_and_cached(tmp_path: 
     build_table(raw, data_dir=tmp_path, name="few", source={"format": "test", "path": "few"}, index_spec="flat")
     with client_for(data_dir=tmp_path, map_tsne_rows=200) as client:
         config = client.get("/v1/explorer").json()
-        assert config["tsne_rows"] == 200 and config["tsne_available"] is True
+        assert config["tsne_rows"] == 200 and config["tsne_available"] is True and config["map_install"] == MAP_INSTALL
         info = client.get("/v1/tables/few/map/info?method=tsne").json()
         body = client.get("/v1/tables/few/map?method=tsne").content
     assert info["method"] == "tsne" and info["rows"] == 200 and len(body) == 200 * 4

@@ -4,6 +4,7 @@ are the usual envelope, and the OpenAPI document describes the four forms the va
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from index.engine.layout import MAP_INSTALL
 from index.engine.table import Table
 from tests.cli import run_cli
 from tests.service.conftest import client_for
@@ -188,8 +190,24 @@ def test_a_missing_package_is_a_422_naming_it_and_the_extra(
     assert response.status_code == 422
     error = response.json()["error"]
     assert error["code"] == "invalid_request" and error["package"] == package and error["extra"] == "map"
-    assert f"the {package} package" in error["message"] and "pip install 'embedding-search[map]'" in error["message"]
+    assert f"the {package} package" in error["message"] and f"({MAP_INSTALL})" in error["message"]
     assert project(api, tokens=WORDS)["method"] == "pca"  # the other methods still answer
+
+
+def test_the_map_extra_is_installed_one_way_everywhere_it_is_named() -> None:
+    """PyPI's ``embedding-search`` is another project's: the map extra is installed from the project's checkout (or
+    built into the image), as the 422s, GET /v1/explorer (the page's hint) and every doc say."""
+    assert "pip install -e '.[map]'" in MAP_INSTALL and "--build-arg EXTRAS=map" in MAP_INSTALL
+    root = Path(__file__).resolve().parents[2]
+    assert "[map]" not in (root / "service" / "static" / "app.js").read_text()  # the page reads GET /v1/explorer's
+    named = 0
+    for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = path.read_text()
+        assert "embedding-search[map]" not in text, path
+        for install in re.findall(r"[\w./-]*pip install [^\n`;)]*\[map\]'?", text):
+            assert install == ".venv/bin/pip install -e '.[map]'", (path, install)
+            named += 1
+    assert named >= 4  # README's example, api.md's two, explorer.md's t-SNE
 
 
 def test_openapi_describes_the_four_forms(api: TestClient) -> None:

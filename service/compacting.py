@@ -14,7 +14,9 @@ compaction run by hand, an import, an index build), after which it is compacted 
 refused because every one of its documents is deleted is refused so until it is written to again (or a version is
 published): it is tried again after its next write only, and said as a warning.
 Each is counted in ``/metrics`` by table and outcome, with the time
-of each table's last success (``service.http.metrics``).
+of each table's last success (``service.http.metrics``). A server that stops ends its compaction (the next start
+compacts the table again); a Ctrl-C on its terminal is the server's alone (the child, ``--background``, ignores it),
+so the stop is said once, by the server, as its index build's is (``service.indexing``).
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ class AutoCompaction:
                 if self._stop.is_set():
                     return
                 failed = self._compact(name)
+                if self._stop.is_set():  # stopped with the server: no outcome to count
+                    return
                 count_compaction(name, failed is None)
                 if failed is None:
                     for key in [key for key in self.pending if key == name or key.startswith(f"{name}/")]:
@@ -220,7 +224,7 @@ class AutoCompaction:
     def _compact(self, name: str) -> Failed | None:
         """Compact table ``name`` in a child process: None when it did, else when to try it again (said in the
         log)."""
-        command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "compact", name]
+        command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "--background", "compact", name]
         command += ["--data-dir", str(self.data_dir), "--wait", f"{writelog.COMPACTION_WAIT_SECONDS:g}"]
         documents = sum(state.documents for key, state in self.pending.items() if key.split("/")[0] == name)
         log.info("table %r: compacting %d written or deleted documents into its next version", name, documents)
@@ -237,6 +241,9 @@ class AutoCompaction:
         if child.returncode == 0:
             log.info("table %r: %s", name, output.strip().splitlines()[-1])
             return None
+        if self._stop.is_set():  # ended by :meth:`stop`: said as the server's index build says it
+            log.info("table %r: compaction stopped with the server; the next start compacts it", name)
+            return failed
         last = ended(child.returncode, output)
         if f"not compacted: {EVERY_DOCUMENT_DELETED}" in last:  # refused so until the table is written to
             failed.written = self._written(name)

@@ -175,8 +175,8 @@ def options(
         typer.Option(
             "--background",
             hidden=True,
-            help="Run as embedding-serve's background build: a Ctrl-C on the server's terminal is left to the server, "
-            "which stops this process itself.",
+            help="Run as embedding-serve's background index build or compaction: a Ctrl-C on the server's terminal is "
+            "left to the server, which stops this process itself.",
         ),
     ] = False,
 ) -> None:

@@ -36,7 +36,7 @@ from index.engine.door import manifest_is_sharded
 from index.errors import EVERY_DOCUMENT_DELETED, WAIT_LONGER
 from index.store import artifact, writelog
 from service.http.metrics import count_compaction
-from service.logs import cannot_look, said_once
+from service.logs import cannot_look, child_ended, said_once
 
 log = logging.getLogger("service.compacting")
 CHILD_NICE = 10
@@ -244,7 +244,7 @@ class AutoCompaction:
         if self._stop.is_set():  # ended by :meth:`stop`: said as the server's index build says it
             log.info("table %r: compaction stopped with the server; the next start compacts it", name)
             return failed
-        last = ended(child.returncode, output)
+        last = child_ended(child.returncode, output)
         if f"not compacted: {EVERY_DOCUMENT_DELETED}" in last:  # refused so until the table is written to
             failed.written = self._written(name)
             log.warning(
@@ -258,14 +258,3 @@ class AutoCompaction:
             last, then = last.removesuffix(f": {WAIT_LONGER}"), f"{then}: end that compaction if it hangs"
         log.error("table %r: compaction failed (%s); %s", name, last, then)
         return failed
-
-
-def ended(code: int, output: str) -> str:
-    """Why a compaction that failed ended: the signal that killed it (the OOM killer's SIGKILL, ``kill``), whatever
-    progress lines it printed before; else its last line, the command's error."""
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return output.strip().splitlines()[-1] if output.strip() else f"exit {code}"

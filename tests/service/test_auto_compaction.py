@@ -292,7 +292,7 @@ def test_a_background_compaction_killed_is_said_killed_and_the_next_one_compacts
     with writelog.appending(writelog.log_path(data, "lee")) as log:
         log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
     auto = compacting.AutoCompaction(data, 1, 0)
-    lock = writelog.log_path(data, "lee").with_suffix(".compacting")
+    lock = writelog.compaction_lock(data, "lee")
     outcome: list[compacting.Failed | None] = []
     with caplog.at_level(logging.INFO, logger="service.compacting"):
         compacting_thread = threading.Thread(target=lambda: outcome.append(auto._compact("lee")))

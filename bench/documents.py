@@ -45,7 +45,6 @@ from bench.common import (
     BIN,
     MIB,
     POLL_SECONDS,
-    START_SECONDS,
     Context,
     Stages,
     dir_size,
@@ -58,6 +57,7 @@ from bench.common import (
     serve,
     stop,
     target,
+    wait_until,
 )
 from bench.common import server_env as default_env
 
@@ -386,21 +386,16 @@ def worker_memory(data_dir: Path, table: str, workers: int, bodies: list[bytes],
     argv = serve_argv(data_dir, [table], port, workers, log_level="info")  # info: each worker logs its start-up
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
-        started = time.perf_counter()
         process = own_session(argv, stdout=log, stderr=subprocess.STDOUT, env=server_env())
+
+        def ready() -> bool:  # every worker has started, and the server answers ready
+            log.seek(0)
+            started = log.read().decode(errors="replace").count("Application startup complete")
+            return started >= workers and httpx.get(base + "/readyz", timeout=POLL_SECONDS).status_code == 200
+
         try:
-            while True:
-                log.seek(0)
-                text = log.read().decode(errors="replace")
-                if process.poll() is not None or time.perf_counter() - started > START_SECONDS:
-                    raise RuntimeError(f"embedding-serve --workers {workers} did not start:\n{text[-3000:]}")
-                if text.count("Application startup complete") >= workers:
-                    try:
-                        if httpx.get(base + "/readyz", timeout=POLL_SECONDS).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                time.sleep(0.1)
+            failed = f"embedding-serve --workers {workers} did not start"
+            wait_until(process, ready, log, failed, pause=0.1, not_yet=(httpx.TransportError,))
             root = psutil.Process(process.pid)
             idle = memory(root, workers)
             try:

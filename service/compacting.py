@@ -14,7 +14,9 @@ compaction run by hand, an import, an index build), after which it is compacted 
 refused because every one of its documents is deleted is refused so until it is written to again (or a version is
 published): it is tried again after its next write only, and said as a warning.
 Each is counted in ``/metrics`` by table and outcome, with the time
-of each table's last success (``service.http.metrics``).
+of each table's last success (``service.http.metrics``). A server that stops ends its compaction (the next start
+compacts the table again); a Ctrl-C on its terminal is the server's alone (the child, ``--background``, ignores it),
+so the stop is said once, by the server, as its index build's is (``service.indexing``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from index.errors import EVERY_DOCUMENT_DELETED, WAIT_LONGER
 from index.store import artifact, writelog
 from service.http.metrics import count_compaction
 from service.indexing import END_SECONDS, end
-from service.logs import cannot_look, said_once
+from service.logs import cannot_look, child_ended, said_once
 
 log = logging.getLogger("service.compacting")
 CHILD_NICE = 10
@@ -260,10 +262,10 @@ class AutoCompaction:
         if child.returncode == 0:
             log.info("table %r: %s", name, output.strip().splitlines()[-1])
             return None
-        if self._stop.is_set():
+        if self._stop.is_set():  # ended by :meth:`stop`: said as the server's index build says it
             log.info("table %r: compaction stopped with the server; it keeps its version and its log", name)
             return failed
-        last = ended(child.returncode, output)
+        last = child_ended(child.returncode, output)
         if f"not compacted: {EVERY_DOCUMENT_DELETED}" in last:  # refused so until the table is written to
             failed.written = self._written(name)
             log.warning(
@@ -277,14 +279,3 @@ class AutoCompaction:
             last, then = last.removesuffix(f": {WAIT_LONGER}"), f"{then}: end that compaction if it hangs"
         log.error("table %r: compaction failed (%s); %s", name, last, then)
         return failed
-
-
-def ended(code: int, output: str) -> str:
-    """Why a compaction that failed ended: the signal that killed it (the OOM killer's SIGKILL, ``kill``), whatever
-    progress lines it printed before; else its last line, the command's error."""
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return output.strip().splitlines()[-1] if output.strip() else f"exit {code}"

@@ -31,7 +31,7 @@ from typing import Any
 from index.engine.door import Table
 from index.store import artifact
 from index.store.artifact import read_status, write_status
-from service.logs import cannot_look, said_once
+from service.logs import cannot_look, child_ended, said_once
 from service.settings import STATUS_VARIABLE
 from service.temp_dirs import INDEX_STATUS, locked_temp_dir
 
@@ -249,8 +249,9 @@ class IndexBuilds:
             if self._stopping:
                 log.info("table %r: index build stopped with the server; the next start builds it", name)
                 return False
-            log.error("table %r: index build failed (%s); it keeps exact search", name, last)
-            write_status(status, {"state": "failed", "step": last.removeprefix("embedding-index: "), "done": 0.0})
+            why = child_ended(child.returncode, last)
+            log.error("table %r: index build failed (%s); it keeps exact search", name, why)
+            write_status(status, {"state": "failed", "step": why.removeprefix("embedding-index: "), "done": 0.0})
             return False
         write_status(status, {"state": "done", "step": "published", "done": 1.0})
         return True

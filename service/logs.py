@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -136,6 +137,18 @@ def said_once(log: logging.Logger, said: str | None, message: str) -> str:
 
 def cannot_look(exc: OSError) -> str:
     return f"cannot look at the data directory now ({exc}); looking again at every turn"
+
+
+def child_ended(code: int, output: str) -> str:
+    """Why a child process of the server (a background index build, a compaction) that failed ended: the signal that
+    killed it (the OOM killer's SIGKILL, ``kill``), whatever progress lines it printed before; else its last line,
+    the command's error."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return output.strip().splitlines()[-1] if output.strip() else f"exit {code}"
 
 
 def format_from_env(environ: Mapping[str, str]) -> str:

@@ -320,7 +320,7 @@ def test_a_background_compaction_killed_is_said_killed_and_the_next_one_compacts
     with writelog.appending(writelog.log_path(data, "lee")) as log:
         log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
     auto = compacting.AutoCompaction(data, 1, 0)
-    lock = writelog.log_path(data, "lee").with_suffix(".compacting")
+    lock = writelog.compaction_lock(data, "lee")
     outcome: list[compacting.Failed | None] = []
     with caplog.at_level(logging.INFO, logger="service.compacting"):
         compacting_thread = threading.Thread(target=lambda: outcome.append(auto._compact("lee")))
@@ -338,6 +338,43 @@ def test_a_background_compaction_killed_is_said_killed_and_the_next_one_compacts
         assert said.startswith("table 'lee': compaction failed (killed by SIGKILL); it keeps its version"), said
         assert auto._compact("lee") is None  # no lock left behind
     assert artifact.read_manifest(data / "lee")["log_sequence"] == 1 and not list(data.glob(".tmp-*"))
+
+
+def test_a_background_compaction_the_server_stops_is_said_stopped_as_its_index_build_is(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ctrl-C on the server's terminal while it compacts a table (SIGINT to its process group, the compaction's
+    child in it), then the server's stop: the child leaves the Ctrl-C to the server, as its index build's does, and
+    the stop is said as the index build's is, once, not as a compaction that failed (``compaction failed
+    (embedding-index: interrupted; ...)`` or ``(killed by SIGTERM)``, an error to be tried again in 60 s)."""
+    from service import compacting
+
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    with writelog.appending(writelog.log_path(data, "lee")) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    auto = compacting.AutoCompaction(data, 1, 0)
+    lock = writelog.compaction_lock(data, "lee")
+    outcome: list[compacting.Failed | None] = []
+    with caplog.at_level(logging.INFO, logger="service.compacting"):
+        compacting_thread = threading.Thread(target=lambda: outcome.append(auto._compact("lee")))
+        compacting_thread.start()
+        deadline = time.monotonic() + SECONDS
+        while not ((child := auto._child) and lock.is_file() and lock.read_text().strip() == str(child.pid)):
+            assert time.monotonic() < deadline and compacting_thread.is_alive(), "the compaction never took its lock"
+            time.sleep(0.005)
+        os.kill(child.pid, signal.SIGINT)  # the terminal's Ctrl-C reaches the child as it reaches the server
+        time.sleep(0.5)
+        auto.stop()
+        compacting_thread.join(SECONDS)
+    said = [(record.levelno, record.getMessage()) for record in caplog.records]
+    assert (
+        logging.INFO,
+        "table 'lee': compaction stopped with the server; it keeps its version and its log",
+    ) in said, said
+    assert not [message for level, message in said if level >= logging.WARNING], said
+    assert artifact.read_manifest(data / "lee").get("log_sequence") is None  # its version as it was, the log kept
 
 
 def test_a_compaction_that_keeps_failing_is_tried_again_later_each_time_until_its_cause_is_removed(

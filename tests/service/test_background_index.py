@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 
 from index.build.sources import RawTable
 from index.build.writer import build_table
-from index.progress import write_status
+from index.progress import read_status, write_status
 from index.store import artifact
 from service import compacting, indexing
 from tests.service import real_server
@@ -201,6 +202,29 @@ def test_a_failing_background_build_keeps_exact_search(deferred_dir: Path, tmp_p
         assert neighbours(server, "heart") == brute_force(glove_raw, "heart")  # still exact
     finally:
         assert server.stop() == 0
+
+
+def test_a_background_build_killed_is_said_killed_as_a_compaction_is(
+    deferred_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The build's child killed (by the OOM killer, or ``kill -9``) was said to have failed with the last progress
+    line it had printed, a step that had gone well: it is said killed by its signal, as a compaction's child is
+    (``service.compacting``), in the log and in the status ``/readyz`` shows."""
+    builds = indexing.IndexBuilds(deferred_dir)
+    outcome: list[bool | OSError] = []
+    with caplog.at_level(logging.INFO, logger="service.indexing"):
+        building = threading.Thread(target=lambda: outcome.append(builds._build("words")))
+        building.start()
+        deadline = time.monotonic() + 120
+        while not ((child := builds._child) and (read_status(builds._status("words")) or {}).get("state") == "running"):
+            assert time.monotonic() < deadline and building.is_alive(), "the build never ran"
+            time.sleep(0.005)
+        child.kill()
+        building.join(120)
+    assert outcome == [False]
+    [said] = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]
+    assert said == "table 'words': index build failed (killed by SIGKILL); it keeps exact search", said
+    assert read_status(builds._status("words")) == {"state": "failed", "step": "killed by SIGKILL", "done": 0.0}
 
 
 def test_a_done_build_is_reported_until_its_table_is_loaded(tmp_path: Path) -> None:

@@ -996,7 +996,7 @@ def test_compact_names_the_process_that_holds_the_lock_when_it_says_so(
 
     data, _ = lee_with_one_write(lee_data_dir, lee_docs, tmp_path)
     monkeypatch.setattr(progress.CONFIG, "interval", 0.2)
-    lock_file = writelog.log_path(data, "lee").with_suffix(".compacting")
+    lock_file = writelog.compaction_lock(data, "lee")
     with locked(data, "lee"):  # the first holder: this process, as the lock file names it
         taken_over = threading.Timer(0.3, lambda: lock_file.write_text("4242\n"))  # as the next holder writes it
         taken_over.start()

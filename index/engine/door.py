@@ -104,7 +104,6 @@ from index.engine.query import (
     Result,
     attempt,
     check_fusion,
-    check_mode,
     check_options,
 )
 from index.engine.shard_writes import WholeDelta, by_owner, owner, routed
@@ -205,7 +204,6 @@ __all__ = [
     "by_owner",
     "check_fusion",
     "check_known",
-    "check_mode",
     "check_options",
     "check_weights",
     "colour_column",

@@ -7,8 +7,10 @@ answer: ``k`` hits from ``offset`` at or above ``min_score``, among the rows a `
 ``diversity``. ``index.engine.door`` runs a batch of them against a table and answers each with a
 :class:`Result` or a :class:`Failed`: one bad item never fails the others.
 
-The mode rules (:func:`check_mode`) live here once: the request schemas check a single query with them, and each
-query made reads them on itself (:attr:`Query.problem`), which the door answers as the query's error.
+The mode rules (:func:`check_mode`) live here once and are read once, by each query made (:attr:`Query.problem`):
+the request schema that makes a single query refuses its problem as the request's, and the door answers a batch
+item's as that item's error. A request's own options are checked against its mode here too (:func:`check_fusion`,
+:func:`check_options`).
 """
 
 from __future__ import annotations

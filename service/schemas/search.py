@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from index.engine.door import Examples, Mode, Query, check_fusion, check_mode, check_options
+from index.engine.door import Examples, Mode, Query, SearchOptions, check_fusion, check_options
 from index.errors import InvalidQuery
 from service.schemas.bounds import MAX_EXAMPLES, MAX_TEXT_CHARS
 from service.schemas.common import (
@@ -233,6 +233,9 @@ class SearchRequest(TokenOptions, PageOptions):
     weights: FusionWeights | None = Field(None, description="mode hybrid: each list's weight (default 1 each)")
     keyword_statistics: SkipJsonSchema[KeywordStatistics | None] = None  # a sharded table's front's, to its shards
 
+    # The engine's queries, made where the body is validated: each reads the mode rules on itself (Query.problem).
+    _made: list[Query] = PrivateAttr(default_factory=list)
+
     @model_validator(mode="after")
     def _one_form(self) -> SearchRequest:
         vector_query = (self.vector is not None) + (self.id is not None) + bool(self.positive or self.negative)
@@ -243,10 +246,14 @@ class SearchRequest(TokenOptions, PageOptions):
             raise ValueError(
                 "give exactly one of vector, vectors, id, positive/negative document ids, queries, or text alone"
             )
-        self._check_fusion()
-        if self.queries is None:
-            check_mode(self.mode, self.text, bool(vector_query), self.min_score, self.diversity)
-        else:  # the items' texts, vector queries and score floors (theirs or this one) are checked one by one
+        fusion = [n for n in ("rrf_k", "weights") if n in self.model_fields_set and getattr(self, n) is not None]
+        item_modes = None if self.queries is None else [q.mode for q in self.queries]
+        made = self._make_queries()
+        check_fusion(fusion, self.mode, item_modes)
+        if self.queries is None:  # one query, or vectors sharing its mode: what the mode rules find is the request's
+            if made[0].problem is not None:
+                raise ValueError(made[0].problem)
+        else:  # each item's problem is its own error; the batch's own diversity is checked against its mode
             check_options(self.mode, None, self.diversity)
         offset, filters = self.offset, [] if self.filter is None else [self.filter]
         if self.queries is not None:  # each item's page and filter too
@@ -255,31 +262,29 @@ class SearchRequest(TokenOptions, PageOptions):
         check_page(self.k, offset)
         check_hits(len(self.queries or self.vectors or ()), self.k + offset)
         check_work(sum(map(conditions, filters)), "max_filter_conditions", "conditions in the filters")
+        self._made = made
         return self
-
-    def _check_fusion(self) -> None:
-        """``rrf_k`` and ``weights``, of the fields the body sets, checked against its queries' modes."""
-        given = [n for n in ("rrf_k", "weights") if n in self.model_fields_set and getattr(self, n) is not None]
-        check_fusion(given, self.mode, None if self.queries is None else [q.mode for q in self.queries])
 
     def vector_queries(self, name: str, kind: str) -> list[Query]:
         """The engine's queries of a vector search of table ``name`` of words or model tokens (``kind``):
         ``vector``, or each of ``vectors``; the fields of a documents table's search are a 422 here."""
         words_only(name, kind, self.model_fields_set)
-        options = self.search_options()
-        items = [self.vector] if self.vector is not None else self.vectors or []
-        return [Query(vector=v, k=self.k, offset=self.offset, min_score=self.min_score, options=options) for v in items]
+        return self._made
 
     def document_queries(self) -> list[Query]:
         """The engine's queries of a documents table's search: its one query, or each item of ``queries`` or
         ``vectors`` (the latter sharing the request's filter and page); an item's mode, filter, offset and
         min_score are its own, else the request's."""
+        return self._made
+
+    def _make_queries(self) -> list[Query]:
+        options = self.search_options()
         if self.queries is not None:
-            return [self._document(self._with_page(item), item.mode or self.mode) for item in self.queries]
+            return [self._document(self._with_page(item), item.mode or self.mode, options) for item in self.queries]
         if self.vectors is not None:
             page = {"filter": self.filter, "offset": self.offset, "min_score": self.min_score}
-            return [self._search(self.mode, vector=v, **page) for v in self.vectors]
-        return [self._document(self, self.mode)]
+            return [self._search(self.mode, options, vector=v, **page) for v in self.vectors]
+        return [self._document(self, self.mode, options)]
 
     def _with_page(self, item: DocumentQuery) -> DocumentQuery:
         """``item`` with the request's ``filter``, ``offset`` and ``min_score`` where it gives none of its own."""
@@ -287,10 +292,11 @@ class SearchRequest(TokenOptions, PageOptions):
         shared = {name: getattr(self, name) for name in ("filter", "offset", "min_score") if name not in given}
         return item.model_copy(update=shared) if shared else item
 
-    def _document(self, item: DocumentQuery | SearchRequest, mode: Mode) -> Query:
+    def _document(self, item: DocumentQuery | SearchRequest, mode: Mode, options: SearchOptions) -> Query:
         examples = Examples(item.positive, item.negative, documents=True) if item.positive or item.negative else None
         return self._search(
             mode,
+            options,
             vector=item.vector,
             document=item.id,
             examples=examples,
@@ -300,11 +306,11 @@ class SearchRequest(TokenOptions, PageOptions):
             min_score=item.min_score,
         )
 
-    def _search(self, mode: Mode, **given: Any) -> Query:
+    def _search(self, mode: Mode, options: SearchOptions, **given: Any) -> Query:
         weights = None if self.weights is None else (self.weights.vector, self.weights.keyword)
         return Query(
             k=self.k,
-            options=self.search_options(),
+            options=options,
             mode=mode,
             rrf_k=self.rrf_k,
             weights=weights,

@@ -65,6 +65,9 @@ def test_a_hybrid_search_with_a_filter(lee: TracedClient, lee_docs: Lee) -> None
     # the filter's rows are the table's, kept from the first request (Table.filter): no evaluation here
     assert {"index.engine.hybrid", "index.engine.keyword", "index.engine.fusion"} <= set(path.modules)
     assert within(path, HYBRID_LIMITS), path.report()
+    # The query is made once, with the body, and reads the mode rules on itself there: the engine's query module is
+    # entered for it and again only for the result, never to check the same rules a second time.
+    assert path.returns["index.engine.query"] <= 1, path.report()
 
 
 def test_the_path_counts_modules_and_returns() -> None:

@@ -185,3 +185,26 @@ def wait_for(condition: Callable[[], bool], seconds: float = 60, what: str = "co
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {seconds}s waiting for {what}")
         time.sleep(0.05)
+
+
+def ctrl_c(server: Server) -> None:
+    """Ctrl-C typed on the terminal of ``server`` (started with ``terminal=True``): SIGINT to its process group; the
+    server exits 0."""
+    try:
+        os.killpg(server.process.pid, signal.SIGINT)
+        assert server.process.wait(timeout=60) == 0
+    finally:
+        server.stop()
+
+
+def group_ended(server: Server, what: str) -> None:
+    """Wait until every process of the group ``server`` led (``what``: its background children) has ended."""
+
+    def gone() -> bool:
+        try:
+            os.killpg(server.process.pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_for(gone, seconds=30, what=what)

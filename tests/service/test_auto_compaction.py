@@ -18,6 +18,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -33,6 +34,9 @@ from tests.service.conftest import LEE_SHARDS, lee_copy
 from tests.service.scraped import scrape
 from tests.service.test_live_search import HEADERS, KEY
 from tests.vectors import unit
+
+if TYPE_CHECKING:
+    from service.compacting import AutoCompaction, Failed
 
 # How long a compaction may take here: the server runs it at a low CPU priority (``service.compacting.CHILD_NICE``),
 # so on a machine busy with other work it gets a small share of the CPU and lasts many times its own work (as long
@@ -306,15 +310,14 @@ def test_a_background_compaction_that_gives_up_on_the_lock_says_what_the_server_
     assert artifact.read_manifest(data / "lee").get("log_sequence") is None
 
 
-def test_a_background_compaction_killed_is_said_killed_and_the_next_one_compacts(
-    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The server's compaction child killed (by the OOM killer, or ``kill -9``) was said to have failed with the last
-    progress line it had printed (``compaction failed (embedding-index: checksums: done (2 MiB of 2 MiB) in 0s)``),
-    or as ``exit -9``: its line names the signal. Its lock dies with it: the next compaction folds the write."""
+def compacting_at_work(
+    lee_data_dir: Path, lee_docs: Lee, data: Path
+) -> tuple[AutoCompaction, threading.Thread, list[Failed | None], subprocess.Popen[str]]:
+    """A copy of lee in ``data`` with one delete in its log, compacted by the server's compaction in a thread: that
+    compaction, its thread, the list its outcome goes to, and its child once the child holds the table's compaction
+    lock (its id in the lock file)."""
     from service import compacting
 
-    data = tmp_path / "data"
     data.mkdir()
     shutil.copytree(lee_data_dir / "lee", data / "lee")
     with writelog.appending(writelog.log_path(data, "lee")) as log:
@@ -322,15 +325,26 @@ def test_a_background_compaction_killed_is_said_killed_and_the_next_one_compacts
     auto = compacting.AutoCompaction(data, 1, 0)
     lock = writelog.compaction_lock(data, "lee")
     outcome: list[compacting.Failed | None] = []
+    thread = threading.Thread(target=lambda: outcome.append(auto._compact("lee")))
+    thread.start()
+    deadline = time.monotonic() + SECONDS
+    while not ((child := auto._child) and lock.is_file() and lock.read_text().strip() == str(child.pid)):
+        assert time.monotonic() < deadline and thread.is_alive(), "the compaction never took its lock"
+        time.sleep(0.005)
+    return auto, thread, outcome, child
+
+
+def test_a_background_compaction_killed_is_said_killed_and_the_next_one_compacts(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's compaction child killed (by the OOM killer, or ``kill -9``) was said to have failed with the last
+    progress line it had printed (``compaction failed (embedding-index: checksums: done (2 MiB of 2 MiB) in 0s)``),
+    or as ``exit -9``: its line names the signal. Its lock dies with it: the next compaction folds the write."""
+    data = tmp_path / "data"
     with caplog.at_level(logging.INFO, logger="service.compacting"):
-        compacting_thread = threading.Thread(target=lambda: outcome.append(auto._compact("lee")))
-        compacting_thread.start()
-        # killed at work: once the child holds the table's compaction lock (its id in the lock file), long before
-        # it has verified the table, folded the write, built and published the next version
-        deadline = time.monotonic() + SECONDS
-        while not ((child := auto._child) and lock.is_file() and lock.read_text().strip() == str(child.pid)):
-            assert time.monotonic() < deadline and compacting_thread.is_alive(), "the compaction never took its lock"
-            time.sleep(0.005)
+        # killed at work: once the child holds the table's compaction lock, long before it has verified the table,
+        # folded the write, built and published the next version
+        auto, compacting_thread, outcome, child = compacting_at_work(lee_data_dir, lee_docs, data)
         child.kill()
         compacting_thread.join(SECONDS)
         assert outcome and outcome[0] is not None
@@ -347,25 +361,12 @@ def test_a_background_compaction_the_server_stops_is_said_stopped_as_its_index_b
     child in it), then the server's stop: the child leaves the Ctrl-C to the server, as its index build's does, and
     the stop is said as the index build's is, once, not as a compaction that failed (``compaction failed
     (embedding-index: interrupted; ...)`` or ``(killed by SIGTERM)``, an error to be tried again in 60 s)."""
-    from service import compacting
-
     data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
-    with writelog.appending(writelog.log_path(data, "lee")) as log:
-        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
-    auto = compacting.AutoCompaction(data, 1, 0)
-    lock = writelog.compaction_lock(data, "lee")
-    outcome: list[compacting.Failed | None] = []
     with caplog.at_level(logging.INFO, logger="service.compacting"):
-        compacting_thread = threading.Thread(target=lambda: outcome.append(auto._compact("lee")))
-        compacting_thread.start()
-        deadline = time.monotonic() + SECONDS
-        while not ((child := auto._child) and lock.is_file() and lock.read_text().strip() == str(child.pid)):
-            assert time.monotonic() < deadline and compacting_thread.is_alive(), "the compaction never took its lock"
-            time.sleep(0.005)
-        os.kill(child.pid, signal.SIGINT)  # the terminal's Ctrl-C reaches the child as it reaches the server
-        time.sleep(0.5)
+        auto, compacting_thread, _, child = compacting_at_work(lee_data_dir, lee_docs, data)
+        # the terminal's Ctrl-C reaches the child as it reaches the server, which stops at once (the child, left
+        # alone by the Ctrl-C, would otherwise finish this small compaction)
+        os.kill(child.pid, signal.SIGINT)
         auto.stop()
         compacting_thread.join(SECONDS)
     said = [(record.levelno, record.getMessage()) for record in caplog.records]
@@ -565,19 +566,11 @@ def test_ctrl_c_on_the_servers_terminal_ends_the_compaction_as_the_server_says(
         try:
             lock = writelog.compaction_lock(data, "lee")
             real_server.wait_for(lambda: bool(holding(lock)), seconds=SECONDS, what="the compaction's wait")
-            os.killpg(server.process.pid, signal.SIGINT)
-            assert server.process.wait(timeout=60) == 0
-        finally:
+        except BaseException:
             server.stop()
-
-    def group_gone() -> bool:
-        try:
-            os.killpg(server.process.pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
-    real_server.wait_for(group_gone, seconds=30, what="the compaction's child to end")
+            raise
+        real_server.ctrl_c(server)
+    real_server.group_ended(server, what="the compaction's child to end")
     log = server.log()
     assert "table 'lee': compaction stopped with the server; it keeps its version and its log" in log, log
     assert "interrupted" not in log and "compaction failed" not in log, log

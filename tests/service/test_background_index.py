@@ -154,19 +154,11 @@ def test_ctrl_c_on_the_servers_terminal_ends_the_build_as_the_server_says(tmp_pa
             return status.get("state") == "running"
 
         real_server.wait_for(running, seconds=120, what="the background build to run")
-        os.killpg(server.process.pid, signal.SIGINT)
-        assert server.process.wait(timeout=60) == 0
-    finally:
+    except BaseException:
         server.stop()
-
-    def group_gone() -> bool:
-        try:
-            os.killpg(server.process.pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
-    real_server.wait_for(group_gone, seconds=30, what="the build's child to end")
+        raise
+    real_server.ctrl_c(server)
+    real_server.group_ended(server, what="the build's child to end")
     log = server.log()
     assert "table 'words': index build stopped with the server; the next start builds it" in log, log
     assert "interrupted" not in log, log

@@ -3,6 +3,7 @@ the long installs say what they do before they start."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -17,8 +18,10 @@ MAKEFILE = REPO / "Makefile"
 
 
 def make(*args: str, cwd: Path = REPO) -> str:
+    # a make of its own, not one level below the make that may run the tests (which prints "Entering directory")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     done = subprocess.run(
-        ["make", "-f", str(MAKEFILE), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+        ["make", "-f", str(MAKEFILE), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

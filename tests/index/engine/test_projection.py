@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from index.engine.layout import (
+    MAP_INSTALL,
     MIN_NONLINEAR_ROWS,
     PROJECTION_SEED,
     Projection,
@@ -152,7 +153,7 @@ def test_a_missing_package_is_named_with_its_extra(
     for call in (lambda: require(method), lambda: project(rows)):  # type: ignore[operator]
         with pytest.raises(InvalidQuery) as missing:
             call()
-        assert package in missing.value.message and "embedding-search[map]" in missing.value.message
+        assert package in missing.value.message and MAP_INSTALL in missing.value.message
         assert missing.value.details == {"package": package, "extra": "map"}
     require("pca")
     require("axes")

@@ -310,6 +310,16 @@ def test_a_background_compaction_that_gives_up_on_the_lock_says_what_the_server_
     assert artifact.read_manifest(data / "lee").get("log_sequence") is None
 
 
+def with_one_delete(lee_data_dir: Path, lee_docs: Lee, data: Path) -> Path:
+    """A copy of lee in ``data`` whose write log holds one delete, which calls for a compaction: the log's path."""
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    with writelog.appending(path) as log:
+        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    return path
+
+
 def compacting_at_work(
     lee_data_dir: Path, lee_docs: Lee, data: Path
 ) -> tuple[AutoCompaction, threading.Thread, list[Failed | None], subprocess.Popen[str]]:
@@ -318,10 +328,7 @@ def compacting_at_work(
     lock (its id in the lock file)."""
     from service import compacting
 
-    data.mkdir()
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
-    with writelog.appending(writelog.log_path(data, "lee")) as log:
-        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    with_one_delete(lee_data_dir, lee_docs, data)
     auto = compacting.AutoCompaction(data, 1, 0)
     lock = writelog.compaction_lock(data, "lee")
     outcome: list[compacting.Failed | None] = []
@@ -388,11 +395,7 @@ def test_a_compaction_that_keeps_failing_is_tried_again_later_each_time_until_it
     from tests.service.test_write_durability import immutable
 
     data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
-    path = writelog.log_path(data, "lee")
-    with writelog.appending(path) as log:
-        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    path = with_one_delete(lee_data_dir, lee_docs, data)
     env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": "1", "EMBEDDING_COMPACT_SECONDS": "0.5"}
     failed = ("embedding_compactions_total", "lee", "failed")
     with contextlib.ExitStack() as cause:
@@ -433,11 +436,7 @@ def test_a_version_published_by_hand_ends_the_wait_after_a_failed_compaction(
     from tests.service.test_write_durability import immutable
 
     data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
-    path = writelog.log_path(data, "lee")
-    with writelog.appending(path) as log:
-        log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
+    path = with_one_delete(lee_data_dir, lee_docs, data)
     env = {"EMBEDDING_WRITE_KEYS": KEY, "EMBEDDING_COMPACT_ROWS": "1", "EMBEDDING_COMPACT_SECONDS": "3600"}
     failed, compacted = (
         ("embedding_compactions_total", "lee", "failed"),

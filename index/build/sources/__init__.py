@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
-from index.errors import InputError, counted
+from index.errors import InputError, counted, shown
 from index.progress import note
 
 DROP_HINT = " (use --drop-invalid to skip such rows)"  # ends a bad row's error, where a reader can drop it
@@ -304,10 +304,12 @@ def text_codec(name: str) -> str:
         codec = codecs.lookup(name).name
         ascii_as_ascii = ASCII_SAMPLE.encode("ascii").decode(codec) == ASCII_SAMPLE
     except LookupError:  # unknown, or a codec of bytes to bytes (base64, zlib) or of text to text (rot13)
-        raise ValueError(f"{name!r} is no text encoding Python knows (such as utf-8, latin-1, cp1252)") from None
+        raise ValueError(f"{shown(name)} is no text encoding Python knows (such as utf-8, latin-1, cp1252)") from None
+    except UnicodeError:  # ASCII's bytes are no text of it (UTF-32, punycode)
+        ascii_as_ascii = False
     if not ascii_as_ascii:
         raise ValueError(
-            f"{name!r} does not write spaces, newlines and digits as ASCII bytes, as the text formats are read: "
+            f"{shown(name)} does not write spaces, newlines and digits as ASCII bytes, as the text formats are read: "
             f"convert the file to UTF-8 first (iconv -f {name} -t UTF-8)"
         )
     return codec
@@ -322,8 +324,8 @@ def undecodable(options: ReadOptions, byte: int | None, where: str = "", droppab
         ways.append("--drop-invalid to skip such rows")
     listed = ", ".join(ways[:-1]) + ("," if len(ways) > 2 else "") + " or " + ways[-1]
     codec = "UTF-8" if options.encoding == "utf-8" else options.encoding
-    shown = "" if byte is None else f" (byte 0x{byte:02x}{where})"
-    return f"not valid {codec}{shown}; use {listed}"
+    first = "" if byte is None else f" (byte 0x{byte:02x}{where})"
+    return f"not valid {codec}{first}; use {listed}"
 
 
 def undecodable_lines(data: bytes, encoding: str = "utf-8") -> dict[int, int]:

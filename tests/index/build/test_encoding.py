@@ -238,7 +238,8 @@ def test_codec_names_are_pythons() -> None:
 
 def test_encoding_on_a_format_of_text_tokens_is_refused(tmp_path: Path, data_dir: Path) -> None:
     """--encoding is for the readers that decode tokens from bytes: a file of documents, a model or an .npz (a str
-    array) would ignore it, so it is refused."""
+    array) would ignore it, so it is refused; so is --unicode-errors ignore for a folder of text files, which reads
+    them with replace or refuses them."""
     records = tmp_path / "notes.jsonl"
     records.write_text('{"id": "a", "text": "the heart", "vector": [0.1, 0.2]}\n')
     result = run_cli("import", records, "--name", "t", "--data-dir", data_dir, "--encoding", "latin-1")
@@ -246,6 +247,15 @@ def test_encoding_on_a_format_of_text_tokens_is_refused(tmp_path: Path, data_dir
         1,
         "embedding-index: error: --encoding: only for --format word2vec, word2vec-binary, glove, fasttext, npy or "
         f"projector, and {records} reads as documents\n",
+    )
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    result = run_cli("import", folder, "--name", "t", "--data-dir", data_dir, "--unicode-errors", "ignore")
+    assert (result.code, result.err) == (
+        1,
+        "embedding-index: error: --unicode-errors ignore: only for --format word2vec, word2vec-binary, glove, "
+        f"fasttext, npy or projector, and {folder} reads as documents\n",
     )
     np.savez(tmp_path / "m.npz", vectors=np.eye(2, dtype=np.float32), tokens=np.array(["a", "b"]))
     refused = import_fails(tmp_path / "m.npz", data_dir, "--encoding", "latin-1")

@@ -3,7 +3,8 @@ against gensim's ``load_word2vec_format(encoding=..., unicode_errors=...)`` on t
 
 The files hold real GloVe 6B rows: the first ones, then every token of the first 100,000 that latin-1 writes and ASCII
 does not ('café', 'naïve', 'zürich', '£', ...), written as latin-1 (older word2vec releases, fastText ``.vec`` files
-made on Windows). The table stores its tokens as UTF-8 whatever the file's encoding.
+made on Windows); others in cp1252, KOI8-R, Shift JIS and GBK. The table stores its tokens as UTF-8 whatever the
+file's encoding.
 """
 
 from __future__ import annotations
@@ -110,6 +111,28 @@ def test_a_latin1_text_table_reads_as_gensim_reads_it(
     assert blob.decode("utf-8") == "".join(tokens) and "café".encode() in blob and b"caf\xe9" not in blob
     assert table.manifest["build"]["encoding"] == "iso8859-1"
     assert table.manifest["source"]["format"] == fmt
+
+
+@pytest.mark.parametrize("encoding", ["koi8-r", "shift_jis", "gbk"])
+def test_a_table_in_a_cyrillic_or_multibyte_encoding_reads_as_gensim_reads_it(
+    tmp_path: Path, glove_raw: RawTable, encoding: str
+) -> None:
+    """GloVe's tokens that KOI8-R (Russian), Shift JIS or GBK write, the first 1,000 and every other one that is not
+    ASCII (64, 317 and 5,462 of them): every token and row as gensim reads them (Shift JIS reads its '¥' back as
+    '\\', in gensim too)."""
+    tokens, rows = [], []
+    for i, token in enumerate(glove_raw.tokens):
+        try:
+            token.encode(encoding)
+        except UnicodeEncodeError:
+            continue
+        if i < 1000 or not token.isascii():
+            tokens.append(token)
+            rows.append(i)
+    assert sum(not token.isascii() for token in tokens) >= 64
+    path = text_table(tmp_path / "vectors.txt", tokens, np.array(glove_raw.matrix[rows]), encoding, header=True)
+    raw = assert_same_as_gensim(path, "word2vec", ReadOptions(encoding=text_codec(encoding)), encoding=encoding)
+    assert len(raw.tokens) == len(tokens)
 
 
 def test_a_cp1252_word2vec_binary_file_reads_as_gensim_reads_it(

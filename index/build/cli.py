@@ -19,7 +19,7 @@ import typer
 
 from index import threads
 from index.build.budget import AUTO_BUDGET_SECONDS, MAX_COMPACT_WAIT_SECONDS
-from index.build.sources import FORMATS, RawTable
+from index.build.sources import FORMATS, UNICODE_ERRORS, RawTable, text_codec
 from index.build.train import MAX_NEGATIVE, MAX_SENTENCE, MAX_WORKERS
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
 from index.errors import ArtifactError, EmbeddingError, UnknownTable, counted
@@ -113,6 +113,8 @@ ImportFormat = StrEnum(  # type: ignore[misc]  # built from the reader table, so
 )
 
 
+UnicodeErrors = StrEnum("UnicodeErrors", {name: name for name in UNICODE_ERRORS})  # type: ignore[misc]
+
 Choice = TypeVar("Choice", bound=StrEnum)
 
 
@@ -127,6 +129,15 @@ def _choice(option: str, choices: type[Choice]) -> dict[str, Any]:
         return choices(value)
 
     return {"parser": parse, "metavar": f"<{'|'.join(allowed)}>"}
+
+
+def _codec(value: str) -> str:
+    """What ``--encoding`` takes: a text codec Python knows (its name as Python gives it), else a usage error."""
+    try:
+        codec = text_codec(value)
+    except ValueError as exc:
+        fail(f"--encoding: {exc}", code=2)
+    return codec
 
 
 @dataclass(frozen=True)
@@ -333,9 +344,24 @@ def import_(
             ),
         ),
     ] = False,
+    encoding: Annotated[
+        str,
+        typer.Option(
+            "--encoding",
+            parser=_codec,
+            help="The tokens' encoding in a text or binary embedding file, a vocabulary or metadata.tsv: any codec "
+            "Python knows (latin-1, cp1252, ...), as gensim's encoding.",
+        ),
+    ] = "utf-8",
     unicode_errors: Annotated[
-        str, typer.Option("--unicode-errors", help="strict: refuse non-UTF-8 tokens; replace: use U+FFFD.")
-    ] = "strict",
+        UnicodeErrors,
+        typer.Option(
+            "--unicode-errors",
+            help="A token's bytes the encoding does not read (gensim's unicode_errors): strict refuses the file, "
+            "replace puts U+FFFD, ignore leaves them out.",
+            **_choice("--unicode-errors", UnicodeErrors),
+        ),
+    ] = UnicodeErrors("strict"),
     tensor: Annotated[str | None, typer.Option(help="Model tensor that holds the input embeddings.")] = None,
     allow_pickle: Annotated[
         bool, typer.Option("--allow-pickle", help="Allow gensim .model/.kv files (pickle: only trusted files).")
@@ -415,8 +441,6 @@ def import_(
     from index.build.writer import source_digest
     from index.engine.keyword import Tokenizer
 
-    if unicode_errors not in ("strict", "replace"):
-        fail("--unicode-errors must be strict or replace")
     if not path.exists():
         fail(f"{path}: no such file or directory")
     refuse_stream(path)
@@ -440,20 +464,24 @@ def import_(
 
     if given and format != "documents" and (found := reads_as()) != "documents":
         fail(f"{', '.join(given)}: only for --format documents, and {path} reads as {found}")
+    # A model's tokens come from its tokenizer.json (JSON, so UTF-8) and a gensim model's keys are text already:
+    # only the readers that decode tokens from bytes read another encoding, and leave out bytes it does not read.
+    decoding = ("word2vec", "word2vec-binary", "glove", "fasttext", "npy", "projector")
     # Options only some readers take: with another format they would be ignored without a word.
     fitting: tuple[tuple[str, object, tuple[str, ...]], ...] = (
         ("--vocab", vocab, ("npy", "projector")),
         ("--tensor", tensor, ("hf", "transformer")),
         ("--allow-pickle", allow_pickle or None, ("gensim",)),
+        ("--encoding", None if encoding == "utf-8" else encoding, decoding),
+        ("--unicode-errors ignore", None if unicode_errors != "ignore" else unicode_errors, decoding),
     )
     for option, value, formats in fitting:
         if value is None:
             continue
         if (found := reads_as()) not in formats:
-            fail(f"{option}: only for --format {' or '.join(formats)}, and {path} reads as {found}")
-    # A model's tokens come from its tokenizer.json (JSON, so UTF-8) and a gensim model's keys are text already:
-    # only the readers that decode tokens from bytes (and a folder's files) can replace bytes that are not UTF-8.
-    decoding = ("word2vec", "word2vec-binary", "glove", "fasttext", "npy", "projector")
+            listed = f"{', '.join(formats[:-1])} or {formats[-1]}" if len(formats) > 1 else formats[0]
+            fail(f"{option}: only for --format {listed}, and {path} reads as {found}")
+    # They and a folder's files (replaced as they are read) can replace bytes that are not UTF-8.
     if unicode_errors == "replace" and (found := reads_as()) not in (*decoding, "documents"):
         fail(
             f"--unicode-errors replace: only for --format {', '.join(decoding)} or a folder of text files, and "
@@ -476,7 +504,8 @@ def import_(
     build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
     options = ReadOptions(
         vocab=vocab,
-        unicode_errors=unicode_errors,
+        encoding=encoding,
+        unicode_errors=str(unicode_errors),
         drop_invalid=drop_invalid,
         tensor=tensor,
         allow_pickle=allow_pickle,
@@ -505,7 +534,9 @@ def import_(
     source = {"format": used, "path": path_text(path)}
     # A folder of text files hashes the files it read (raw.source); any other source, its files.
     source |= raw.source or {"sha256": source_digest([path] + ([vocab] if vocab else []))}
-    params: dict[str, Any] = {"drop_invalid": drop_invalid, "unicode_errors": unicode_errors}
+    params: dict[str, Any] = {"drop_invalid": drop_invalid, "unicode_errors": str(unicode_errors)}
+    if used in decoding:
+        params["encoding"] = encoding
     params["read_seconds"] = read_seconds
     if tensor:
         params["tensor"] = tensor

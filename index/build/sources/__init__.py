@@ -6,6 +6,7 @@ unpickle: NumPy files are read with ``allow_pickle=False``.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import importlib
 import io
@@ -20,11 +21,13 @@ from typing import Any
 import numpy as np
 
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
-from index.errors import InputError, counted
+from index.errors import InputError, counted, shown
 from index.progress import note
 
 DROP_HINT = " (use --drop-invalid to skip such rows)"  # ends a bad row's error, where a reader can drop it
-NOT_UTF8_DROP_HINT = ", or --drop-invalid to skip such rows"  # ends that of a token that is not UTF-8, likewise
+# gensim's unicode_errors: a byte the encoding does not read refuses its token, becomes U+FFFD or is left out
+UNICODE_ERRORS = ("strict", "replace", "ignore")
+ASCII_SAMPLE = "0123456789+-.eEinfINFaAN \t\r\n"  # what the readers find by its ASCII bytes: separators, numbers
 # Rows wider than this are parsed line by line with NumPy: pyarrow's CSV reader (one column per value) does not scale.
 WIDE_DIM = 4096
 HEAD_BYTES = 4096  # the first bytes a file's format is sniffed by
@@ -34,7 +37,8 @@ BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: no part of a file's text
 @dataclass
 class ReadOptions:
     vocab: Path | None = None
-    unicode_errors: str = "strict"  # or "replace"
+    encoding: str = "utf-8"  # of the tokens in a text or binary file (a codec's name, as text_codec gives it)
+    unicode_errors: str = "strict"  # or "replace", "ignore"
     drop_invalid: bool = False
     tensor: str | None = None
     allow_pickle: bool = False
@@ -292,15 +296,48 @@ def read_source(path: Path, fmt: str = "auto", options: ReadOptions | None = Non
     return reader(fmt)(path, options), fmt
 
 
-def not_utf8_lines(data: bytes) -> dict[int, int]:
-    """The lines (1-based) of ``data`` that are not UTF-8, each with its first byte that is not. Meant for a file
-    known to hold such bytes: it looks at each line that is not ASCII. A newline is never inside such a run of
-    bytes (an ASCII byte ends one), so lines stay lines when they are replaced by U+FFFD."""
+def text_codec(name: str) -> str:
+    """The name Python gives the codec ``name`` (``latin-1``: ``iso8859-1``), for a file's tokens; ValueError naming
+    the problem when Python knows no such text codec, or when its text is not ASCII where the readers find their
+    separators and numbers by their ASCII bytes (UTF-16 and UTF-32 are not)."""
+    try:
+        codec = codecs.lookup(name).name
+        ascii_as_ascii = ASCII_SAMPLE.encode("ascii").decode(codec) == ASCII_SAMPLE
+    except LookupError:  # unknown, or a codec of bytes to bytes (base64, zlib) or of text to text (rot13)
+        raise ValueError(f"{shown(name)} is no text encoding Python knows (such as utf-8, latin-1, cp1252)") from None
+    except UnicodeError:  # ASCII's bytes are no text of it (UTF-32, punycode)
+        ascii_as_ascii = False
+    if not ascii_as_ascii:
+        raise ValueError(
+            f"{shown(name)} does not write spaces, newlines and digits as ASCII bytes, as the text formats are read: "
+            f"convert the file to UTF-8 first (iconv -f {name} -t UTF-8)"
+        )
+    return codec
+
+
+def undecodable(options: ReadOptions, byte: int | None, where: str = "", droppable: bool = False) -> str:
+    """The refusal of bytes ``options.encoding`` does not read, whose first is ``byte`` (at ``where``), and its ways
+    out: another encoding, ``--unicode-errors``, and ``--drop-invalid`` where the reader can drop the row."""
+    ways = ["--encoding NAME for a file in another encoding (such as latin-1)"]
+    ways.append("--unicode-errors replace to substitute U+FFFD")
+    if droppable:
+        ways.append("--drop-invalid to skip such rows")
+    listed = ", ".join(ways[:-1]) + ("," if len(ways) > 2 else "") + " or " + ways[-1]
+    codec = "UTF-8" if options.encoding == "utf-8" else options.encoding
+    first = "" if byte is None else f" (byte 0x{byte:02x}{where})"
+    return f"not valid {codec}{first}; use {listed}"
+
+
+def undecodable_lines(data: bytes, encoding: str = "utf-8") -> dict[int, int]:
+    """The lines (1-based) of ``data`` that ``encoding`` (an ASCII-compatible codec, see :func:`text_codec`) does not
+    read, each with its first byte that it does not. Meant for a file known to hold such bytes: it looks at each line
+    that is not ASCII. A newline is never inside such a run of bytes (an ASCII byte ends one), so lines stay lines
+    when they are replaced by U+FFFD."""
     found: dict[int, int] = {}
     for number, line in enumerate(data.split(b"\n"), 1):
         if not line.isascii():
             try:
-                line.decode("utf-8")
+                line.decode(encoding)
             except UnicodeDecodeError as bad:
                 found[number] = line[bad.start]
     return found
@@ -312,26 +349,23 @@ def decode_tokens(
     fail: Callable[[int, str], InputError],
     dropped: list[int] | None = None,
 ) -> tuple[list[str], int]:
-    """The tokens ``raw`` as UTF-8: strictly, raising ``fail(position, problem)`` for the first that is not,
-    or (``--unicode-errors replace``) with U+FFFD; also how many needed it. A reader that can drop such a row
-    passes ``dropped``: with ``--drop-invalid`` (and strict decoding) the positions of the tokens that are not
-    UTF-8 are added to it, and those tokens left out."""
+    """The tokens ``raw`` decoded as ``--encoding`` says: strictly, raising ``fail(position, problem)`` for the first
+    that it does not read, or (``--unicode-errors replace`` or ``ignore``) with U+FFFD for each byte it does not read,
+    or without it; also how many needed it. A reader that can drop such a row passes ``dropped``: with
+    ``--drop-invalid`` (and strict decoding) the positions of those tokens are added to it, and the tokens left out."""
     out: list[str] = []
     replaced = 0
+    encoding, errors = options.encoding, options.unicode_errors
     for position, token in enumerate(raw):
         try:
-            out.append(token.decode("utf-8"))
+            out.append(token.decode(encoding))
         except UnicodeDecodeError as exc:
-            if options.unicode_errors == "replace":
+            if errors != "strict":
                 replaced += 1
-                out.append(token.decode("utf-8", "replace"))
+                out.append(token.decode(encoding, errors))
             elif dropped is not None and options.drop_invalid:
                 dropped.append(position)
             else:
-                hint = NOT_UTF8_DROP_HINT if dropped is not None else ""
-                problem = (
-                    f"token is not valid UTF-8 (byte 0x{token[exc.start]:02x} at position {exc.start}); "
-                    f"use --unicode-errors replace to substitute U+FFFD{hint}"
-                )
-                raise fail(position, problem) from None
+                problem = undecodable(options, token[exc.start], f" at position {exc.start}", dropped is not None)
+                raise fail(position, f"token is {problem}") from None
     return out, replaced

@@ -35,7 +35,7 @@ from index.build.documents import DocumentOptions, Documents, Embed, prepare
 from index.build.embed_documents import TextEncoder
 from index.build.fields import Rows
 from index.build.passages import DEFAULT_CHUNK_WORDS, Folder, passages_table, read_folder
-from index.build.sources import BOM, RawTable, ReadOptions, not_utf8_lines, open_text, read_bytes, reading
+from index.build.sources import BOM, RawTable, ReadOptions, open_text, read_bytes, reading, undecodable_lines
 from index.engine.keyword import Tokenizer, for_documents
 from index.errors import InputError
 from index.progress import Progress
@@ -492,7 +492,7 @@ def _as_utf8(data: bytes) -> tuple[bytes, dict[int, int]]:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
-        return data.decode("utf-8", "replace").encode("utf-8"), not_utf8_lines(data)
+        return data.decode("utf-8", "replace").encode("utf-8"), undecodable_lines(data)
     return data, {}
 
 

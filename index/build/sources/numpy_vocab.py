@@ -21,15 +21,15 @@ import numpy.lib.format as npformat
 
 from index.build.sources import (
     HEAD_BYTES,
-    NOT_UTF8_DROP_HINT,
     RawTable,
     ReadOptions,
-    not_utf8_lines,
     open_text,
     read_bytes,
     read_head,
     reading,
     refuse_unread,
+    undecodable,
+    undecodable_lines,
 )
 from index.errors import InputError, counted
 
@@ -131,6 +131,8 @@ def read_npz(path: Path, options: ReadOptions) -> RawTable:
     """An ``.npz`` archive (``np.savez`` or ``np.savez_compressed``) of exactly ``vectors`` and ``tokens``."""
     if options.vocab is not None:
         raise InputError(path, "an .npz archive carries its own tokens (its array 'tokens'): leave out --vocab")
+    if options.encoding != "utf-8":
+        raise InputError(path, "an .npz archive's tokens are text already (a str array): leave out --encoding")
     try:
         archive = zipfile.ZipFile(io.BytesIO(read_bytes(path)))
         names = archive.namelist()
@@ -158,15 +160,18 @@ def read_npz(path: Path, options: ReadOptions) -> RawTable:
 
 def npz_tokens(path: Path, tokens: list[str], options: ReadOptions) -> tuple[list[str], list[int], dict[str, int]]:
     """The array ``tokens`` checked as the lines of a vocabulary file are: an empty token refused, one with an
-    unpaired surrogate (which a str array holds and UTF-8 cannot) refused, replaced as its UTF-8 bytes would be
-    (``--unicode-errors replace``) or its row dropped (``--drop-invalid``); return (tokens, rows to drop, report)."""
+    unpaired surrogate (which a str array holds and UTF-8 cannot) refused, decoded as its UTF-8 bytes would be
+    (``--unicode-errors replace`` or ``ignore``) or its row dropped (``--drop-invalid``); return (tokens, rows to
+    drop, report)."""
     unpaired = surrogate_rows(tokens)
+    lenient = options.unicode_errors != "strict"
     refused = None
-    if unpaired and options.unicode_errors != "replace" and not options.drop_invalid:
+    if unpaired and not lenient and not options.drop_invalid:
         problem = "an unpaired surrogate (U+D800 to U+DFFF), which is no character in UTF-8"
         refused = InputError(
             path,
-            f"array 'tokens': {problem}; use --unicode-errors replace to substitute U+FFFD{NOT_UTF8_DROP_HINT}",
+            f"array 'tokens': {problem}; use --unicode-errors replace to substitute U+FFFD, or --drop-invalid to "
+            "skip such rows",
             line=unpaired[0],
             unit="row",
         )
@@ -175,10 +180,10 @@ def npz_tokens(path: Path, tokens: list[str], options: ReadOptions) -> tuple[lis
         refused = first_of(refused, empty)
     if refused:
         raise refused
-    if options.unicode_errors != "replace":
+    if not lenient:
         return tokens, unpaired, {"malformed_rows_dropped": len(unpaired), "tokens_unicode_replaced": 0}
     for row in unpaired:
-        tokens[row] = tokens[row].encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        tokens[row] = tokens[row].encode("utf-8", "surrogatepass").decode("utf-8", options.unicode_errors)
     return tokens, [], {"malformed_rows_dropped": 0, "tokens_unicode_replaced": len(unpaired)}
 
 
@@ -244,35 +249,33 @@ def npz_array(path: Path, archive: zipfile.ZipFile, member: str) -> np.ndarray:
 
 def read_lines(path: Path, options: ReadOptions, rows: int) -> tuple[list[str], int, list[int], InputError | None]:
     """One token per line (CR LF or LF; blank lines at the end are ignored, but a line of spaces, such as U+3000,
-    among the first ``rows`` is a token); return (tokens, lines with U+FFFD,
-    lines that are not UTF-8 for the caller to drop with their rows, the error refusing the first such line). Such
-    a line is refused, kept with U+FFFD (``--unicode-errors replace``) or, with ``--drop-invalid``, given as U+FFFD
-    and listed (0-based). The error is returned, with the lines (U+FFFD in its place), for the caller to raise
-    after any problem on an earlier line (see ``first_of``)."""
+    among the first ``rows`` is a token), decoded as ``--encoding`` says; return (tokens, lines with bytes it does
+    not read, replaced or left out (``--unicode-errors``), lines it does not read for the caller to drop with their
+    rows, the error refusing the first such line). Such a line is refused, kept with U+FFFD (``--unicode-errors
+    replace``) or without its bytes (``ignore``) or, with ``--drop-invalid``, given as U+FFFD and listed (0-based).
+    The error is returned, with the lines (U+FFFD in its place), for the caller to raise after any problem on an
+    earlier line (see ``first_of``)."""
     data = read_bytes(path)
     refuse_unread(path, data[:HEAD_BYTES])
     refused: InputError | None = None
+    lenient = options.unicode_errors != "strict"
     try:
-        text = data.decode("utf-8")
+        text = data.decode(options.encoding)
         bad: list[int] = []
     except UnicodeDecodeError as exc:
-        text = data.decode("utf-8", "replace")
+        text = data.decode(options.encoding, options.unicode_errors if lenient else "replace")
         bad = []
-        if options.unicode_errors != "replace" and not options.drop_invalid:
-            refused = InputError(
-                path,
-                f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); use --unicode-errors replace to substitute U+FFFD"
-                + NOT_UTF8_DROP_HINT,
-                line=data.count(b"\n", 0, exc.start) + 1,
-            )
+        if not lenient and not options.drop_invalid:
+            problem = undecodable(options, data[exc.start], droppable=True)
+            refused = InputError(path, problem, line=data.count(b"\n", 0, exc.start) + 1)
         else:
-            bad = [line - 1 for line in not_utf8_lines(data)]  # 0-based, as the rows
+            bad = [line - 1 for line in undecodable_lines(data, options.encoding)]  # 0-based, as the rows
     lines = text.removeprefix(BOM).split("\n")
     # Blank lines at the end, as in text files; one of spaces is a token while there are rows for it.
     while lines and (not lines[-1].removesuffix("\r") or (len(lines) > rows and not lines[-1].strip())):
         lines.pop()
     tokens = [line.removesuffix("\r") for line in lines]
-    return (tokens, len(bad), [], None) if options.unicode_errors == "replace" else (tokens, 0, bad, refused)
+    return (tokens, len(bad), [], None) if lenient else (tokens, 0, bad, refused)
 
 
 def first_of(refused: InputError | None, error: InputError) -> InputError:

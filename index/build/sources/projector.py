@@ -16,7 +16,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from index.build.sources import BOM, DROP_HINT, WIDE_DIM, RawTable, ReadOptions, is_number, read_bytes
+from index.build.sources import (
+    BOM,
+    DROP_HINT,
+    WIDE_DIM,
+    RawTable,
+    ReadOptions,
+    is_number,
+    read_bytes,
+    undecodable,
+)
 from index.build.sources.numpy_vocab import first_of, keep_mask, read_lines
 from index.errors import InputError, counted
 from index.progress import Progress
@@ -101,9 +110,7 @@ def read_metadata(
         tokens, columns, first = lines, {}, 1
     else:
         if dropped and dropped[0] == 0:
-            raise InputError(
-                path, "the header is not valid UTF-8; use --unicode-errors replace to substitute U+FFFD", line=1
-            )
+            raise InputError(path, f"the header is {undecodable(options, None)}", line=1)
         header = lines[0].split("\t")
         for i, name in enumerate(header):
             if not name.strip():

@@ -14,8 +14,9 @@ Reading is two streaming passes over the file, so memory stays near the size of 
    float64 and rounded to float32 exactly as gensim does). A chunk that pyarrow refuses (a token with spaces,
    a short row, a bad number, ...) is parsed again line by line, which gives the exact line number. Rows of
    more than ``WIDE_DIM`` values are always parsed line by line, each line's values by NumPy at once. The
-   tokens of a chunk are decoded as one column; only a chunk holding bytes that are not UTF-8 is decoded token
-   by token (such a row refused, dropped with ``--drop-invalid`` or kept with U+FFFD).
+   tokens of a chunk are decoded as one column; only a chunk holding bytes that are not UTF-8, or a file of another
+   ``--encoding``, is decoded token by token (a token it does not read refused, its row dropped with
+   ``--drop-invalid``, or kept with U+FFFD or without those bytes: ``--unicode-errors``).
 """
 
 from __future__ import annotations
@@ -305,15 +306,16 @@ def _parse_line(line: bytes, dim: int) -> tuple[bytes, np.ndarray] | str:
 
 
 def _invalid_before(
-    path: Path, matrix: np.ndarray, tokens: Sequence[bytes | str], first_line: int
+    path: Path, matrix: np.ndarray, tokens: Sequence[bytes | str], first_line: int, encoding: str = "utf-8"
 ) -> InputError | None:
     """The error for the first row of ``matrix`` (on lines from ``first_line``) that the cleaner would refuse
-    (NaN, Inf, overflow), if any: a reader refusing a later row names this one instead, the first problem."""
+    (NaN, Inf, overflow), if any: a reader refusing a later row names this one instead, the first problem. A token
+    still of bytes is shown decoded as ``encoding``."""
     first = first_invalid(matrix)
     if first is None:
         return None
     token = tokens[first]
-    shown = token.decode("utf-8", "replace") if isinstance(token, bytes) else token
+    shown = token.decode(encoding, "replace") if isinstance(token, bytes) else token
     return InputError(path, invalid_problem(shown) + DROP_HINT, line=first_line + first)
 
 
@@ -324,7 +326,7 @@ def _decode(
     holds their rows: one the cleaner would refuse before a token refused here is named instead."""
 
     def fail(i: int, problem: str) -> InputError:
-        earlier = _invalid_before(path, matrix[:i], raw, lines[0]) if i else None
+        earlier = _invalid_before(path, matrix[:i], raw, lines[0], options.encoding) if i else None
         return earlier or InputError(path, problem, line=lines[i])
 
     dropped: list[int] = []
@@ -348,15 +350,23 @@ def _parse_chunk(
     parsed = _arrow_parse(chunk, count, dim, ncols, out) if dim <= WIDE_DIM else None
     if parsed is not None:
         column, matrix = parsed
-        try:
-            tokens = column.cast(pa.string()).to_pylist()
-        except pa.ArrowInvalid:  # a chunk holding bytes that are not UTF-8: token by token
+        tokens = _utf8(column) if options.encoding == "utf-8" else None
+        if tokens is None:  # a chunk holding bytes that are not UTF-8, or a file of another encoding: token by token
             raw = column.to_pylist()
             tokens, dropped = _decode(path, raw, list(range(line_no, line_no + len(raw))), options, stats, matrix)
             if dropped:
                 matrix = np.delete(matrix, dropped, axis=0)
         return _Chunk(tokens, matrix)
     return _parse_irregular(chunk, line_no, dim, ncols, path, options, stats)
+
+
+def _utf8(column: pa.ChunkedArray) -> list[str] | None:
+    """The tokens of ``column`` as text, cast at once; None when some are not UTF-8."""
+    try:
+        tokens: list[str] = column.cast(pa.string()).to_pylist()
+    except pa.ArrowInvalid:
+        return None
+    return tokens
 
 
 def _parse_irregular(
@@ -387,7 +397,7 @@ def _parse_irregular(
                 # A token that is not UTF-8 or a row the cleaner would refuse on an earlier line is the first
                 # problem: it is reported instead.
                 _decode(path, raw[:i], list(range(line_no, line_no + i)), options, stats, matrix[:i])
-                earlier = _invalid_before(path, matrix[:i], raw, line_no)
+                earlier = _invalid_before(path, matrix[:i], raw, line_no, options.encoding)
                 raise earlier or InputError(path, result + DROP_HINT, line=line_no + i)
             stats.malformed_rows_dropped += 1
             keep[i] = False

@@ -13,8 +13,9 @@ inside the values before it: when it holds what no word holds and reads as a wor
 later space, whose values then read as more floats of an embedding's magnitudes (not so for a token of latin-1 bytes
 after values that hold a space byte), the token with the space is named (``_spaced``); when it is a word, the file
 is also one of those tokens, read so by gensim too. A token that is not
-UTF-8 is refused even with ``--drop-invalid`` (only ``--unicode-errors replace`` keeps it): here it mostly means
-a wrong dimension in the header, each row then read from inside the previous one's values.
+UTF-8 (nor of the ``--encoding`` given) is refused even with ``--drop-invalid`` (only ``--unicode-errors replace`` or
+``ignore`` keeps it): here it mostly means a wrong dimension in the header, each row then read from inside the
+previous one's values.
 """
 
 from __future__ import annotations

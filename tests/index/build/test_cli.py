@@ -706,13 +706,13 @@ def documented_runs(name: str) -> list[tuple[list[str], list[str]]]:
     return runs
 
 
-@pytest.mark.parametrize("block", ["import-runs", "import-refusals"])
+@pytest.mark.parametrize("block", ["import-runs", "import-refusals", "encodings"])
 def test_the_documented_imports_print_what_the_docs_show(
     block: str, doc_folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """docs/builder.md's imports of 5,000 GloVe rows in each format and its refusals, run as written (``--quiet``, as
-    the docs leave the progress lines out) in a folder of the files it names: each prints the docs' lines, but for
-    the seconds. The whole ``glove.6B.50d.txt`` is left out (171 MB)."""
+    """docs/builder.md's imports of 5,000 GloVe rows in each format, its refusals and its file of latin-1, run as
+    written (``--quiet``, as the docs leave the progress lines out) in a folder of the files it names: each prints the
+    docs' lines, but for the seconds. The whole ``glove.6B.50d.txt`` is left out (171 MB)."""
     monkeypatch.chdir(doc_folder)  # the tables go to its data/, each block's under names of its own
     runs = [run for run in documented_runs(block) if run[0][2] != "glove.6B.50d.txt"]
     assert len(runs) >= 6, runs

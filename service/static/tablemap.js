@@ -1,7 +1,7 @@
 // The whole table as a map: every row on a canvas, drawn pixel by pixel into one ImageData (no WebGL, so it is
 // as fast in a headless or GPU-less browser), with pan, zoom, hover labels, search-to-highlight, click (or, by the
-// keyboard, a button among the search's first matches) for neighbours and colour by a column. Positions come from
-// GET .../map (int16 pairs), labels from .../map/labels.
+// keyboard, a button among the search's first matches) for neighbours and colour by a column. The labels follow
+// the page's text size. Positions come from GET .../map (int16 pairs), labels from .../map/labels.
 
 const BACKGROUND = [255, 255, 255];
 const CATEGORY_COLOURS = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f6d00", "#555555",
@@ -573,16 +573,20 @@ export class TableMap {
   }
 
   /** Labels: the hovered row, the selected row and its neighbours, then frequent visible rows (search matches
-   * first while searching), each only where it overlaps no label already placed. */
+   * first while searching), each only where it overlaps no label already placed. Their size is the canvas's font
+   * size (style.css: the page's small text, which follows the browser's text size). */
   drawLabels() {
     const ctx = this.ctx;
     const w = this.canvas.width;
     const h = this.canvas.height;
     const dpr = this.dpr;
-    const cell = 8 * dpr;
+    const size = parseFloat(getComputedStyle(this.canvas).fontSize) * dpr; // a label's, in canvas pixels
+    const unit = size / 12; // the sizes below were chosen for 12 px labels
+    const font = (strong) => `${strong ? `600 ${13 * unit}` : size}px system-ui, sans-serif`;
+    const cell = 8 * unit;
     const cols = Math.ceil(w / cell);
     const taken = new Uint8Array(cols * Math.ceil(h / cell));
-    ctx.font = `${12 * dpr}px system-ui, sans-serif`;
+    ctx.font = font(false);
     ctx.textBaseline = "middle";
     ctx.lineJoin = "round";
     const rows = Math.ceil(h / cell);
@@ -595,10 +599,10 @@ export class TableMap {
       const px = this.x[i] * s + ox;
       const py = oy - this.y[i] * s;
       if (px < 0 || py < 0 || px > w || py > h) return -1;
-      const x0 = px + 5 * dpr;
+      const x0 = px + 5 * unit;
       const c0 = Math.max(0, Math.floor(x0 / cell));
-      const r0 = Math.max(0, Math.floor((py - 7 * dpr) / cell));
-      const r1 = Math.min(rows - 1, Math.floor((py + 7 * dpr) / cell));
+      const r0 = Math.max(0, Math.floor((py - 7 * unit) / cell));
+      const r1 = Math.min(rows - 1, Math.floor((py + 7 * unit) / cell));
       if (!force && (c0 >= cols || taken[r0 * cols + c0] || taken[r1 * cols + c0])) return 0; // cheap test first
       const text = this.labels[i];
       const tw = ctx.measureText(text).width;
@@ -608,13 +612,13 @@ export class TableMap {
         for (let r = r0; r <= r1; r++) for (let c = c0; c <= c1; c++) if (taken[r * cols + c]) return 0;
       }
       for (let r = r0; r <= r1; r++) for (let c = c0; c <= c1; c++) taken[r * cols + c] = 1;
-      ctx.font = `${strong ? "600 " : ""}${(strong ? 13 : 12) * dpr}px system-ui, sans-serif`;
-      ctx.lineWidth = 3 * dpr;
+      ctx.font = font(strong);
+      ctx.lineWidth = 3 * unit;
       ctx.strokeStyle = "rgba(255,255,255,0.9)";
       ctx.strokeText(text, x0, py);
       ctx.fillStyle = strong ? "#7a1a1a" : "#1d2430";
       ctx.fillText(text, x0, py);
-      ctx.font = `${12 * dpr}px system-ui, sans-serif`;
+      ctx.font = font(false);
       return 1;
     };
     if (this.selected >= 0) {

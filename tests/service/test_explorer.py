@@ -1047,6 +1047,43 @@ def test_pan_and_zoom_redraw_every_frame(server: str, watched: Watched) -> None:
     watched.assert_clean()
 
 
+# The map's labels as its canvas draws them: the texts and fonts of the last frame (each frame starts with
+# putImageData, then writes its labels with fillText).
+DRAWN_LABELS = """() => {
+  window.drawnLabels = [];
+  const proto = CanvasRenderingContext2D.prototype;
+  const put = proto.putImageData;
+  const fill = proto.fillText;
+  proto.putImageData = function (...args) {
+    if (this.canvas.id === "tm-canvas") window.drawnLabels = [];
+    return put.apply(this, args);
+  };
+  proto.fillText = function (text, ...args) {
+    if (this.canvas.id === "tm-canvas") window.drawnLabels.push([text, this.font]);
+    return fill.call(this, text, ...args);
+  };
+}"""
+
+
+def test_the_maps_labels_follow_the_browsers_text_size(server: str, watched: Watched, tmp_path: Path) -> None:
+    """The canvas's labels are the page's small text: 12 px at the browser's default 16 px, 24 px when the reader
+    sets 32 px, as the rest of the page's text follows it."""
+    page = watched.page
+    page.add_init_script(f"({DRAWN_LABELS})()")
+    sizes = []
+    for default in (16, 32):
+        sizes_set = {"fontSizes": {"standard": default, "fixed": 13}}
+        watched.context.new_cdp_session(page).send("Page.setFontSizes", sizes_set)
+        open_table_map(watched, server)
+        page.wait_for_function("() => window.drawnLabels.length > 0")
+        fonts = {font for _, font in page.evaluate("window.drawnLabels")}
+        assert fonts == {f"{default * 0.75:g}px system-ui, sans-serif"}, fonts
+        sizes.append(len(page.evaluate("window.drawnLabels")))
+    save_screenshot(page, "explorer-table-map-large-text", tmp_path)
+    assert sizes[1] < sizes[0]  # labels twice the size: fewer fit without overlapping
+    watched.assert_clean()
+
+
 def test_axes_move_the_points(server: str, api: httpx.Client, watched: Watched) -> None:
     watched.open(server, f"?table={WORDS_TABLE}")
     page = watched.page

@@ -1,6 +1,7 @@
 // The whole table as a map: every row on a canvas, drawn pixel by pixel into one ImageData (no WebGL, so it is
 // as fast in a headless or GPU-less browser), with pan, zoom, hover labels, search-to-highlight, click (or, by the
-// keyboard, a button among the search's first matches) for neighbours and colour by a column. The labels follow
+// keyboard, a button among the search's first matches) for neighbours and colour by a column. A touch screen
+// scrolls the page with one finger and moves the map with two, as cooperative map widgets do. The labels follow
 // the page's text size. Positions come from GET .../map (int16 pairs), labels from .../map/labels.
 
 const BACKGROUND = [255, 255, 255];
@@ -19,6 +20,7 @@ const AUTO_LABELS = 140; // labels placed on frequent visible rows
 const AUTO_SCAN = 4000;
 const PICKS = 10; // matches of a search listed as buttons
 const REGEX_SECONDS = 3; // a regular expression still testing the labels after this long is stopped
+const HINT_MS = 1500; // the touch screen's hint (two fingers move the map) stays this long
 
 const hexRGB = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
 const rgba32 = ([r, g, b]) => (0xff000000 | (b << 16) | (g << 8) | r) >>> 0;
@@ -67,6 +69,8 @@ export class TableMap {
     this.picks = root.querySelector(".tm-picks");
     this.panel = root.querySelector(".tm-panel");
     this.legend = root.querySelector(".tm-legend");
+    this.hint = root.querySelector(".tm-touch-hint");
+    this.hintTimer = 0;
     this.n = 0;
     this.view = { cx: 0, cy: 0, s: 1 };
     this.fitScale = 1;
@@ -196,7 +200,8 @@ export class TableMap {
         `(${info.explained_variance_ratio.map((v) => `${(v * 100).toFixed(1)}%`).join(" + ")} of the variance)`
       : `t-SNE of the ${info.rows.toLocaleString("en")} most frequent rows (perplexity ${info.params.perplexity}, ` +
         `seed ${info.params.seed})`;
-    this.setStatus(`${this.table}: ${how}. Drag to pan, scroll to zoom, click a point (or a search's match below) for its neighbours.`);
+    this.setStatus(`${this.table}: ${how}. Drag to pan (two fingers on a touch screen), scroll or pinch to zoom, ` +
+      "click or tap a point (or a search's match below) for its neighbours.");
   }
 
   setStatus(text, error = false) {
@@ -445,6 +450,13 @@ export class TableMap {
     this.draw();
     this.drawTimes.push(performance.now() - started);
     if (this.drawTimes.length > 240) this.drawTimes.splice(0, this.drawTimes.length - 240);
+  }
+
+  /** Show the touch screen's hint (two fingers move the map) for HINT_MS, or hide it. */
+  showHint(show) {
+    clearTimeout(this.hintTimer);
+    this.hint.hidden = !show;
+    if (show) this.hintTimer = setTimeout(() => this.showHint(false), HINT_MS);
   }
 
   draw() {
@@ -844,19 +856,25 @@ export class TableMap {
   // ------------------------------------------------------------------ events
   wire() {
     const canvas = this.canvas;
+    // The pointer pressed on the map: a mouse or a pen drags it, a finger only taps (two move it: touches below).
     let drag = null;
     canvas.addEventListener("pointerdown", (event) => {
+      if (drag) {
+        drag.moved = Infinity; // a second finger: no tap
+        return;
+      }
       canvas.setPointerCapture(event.pointerId);
-      drag = { x: event.clientX, y: event.clientY, moved: 0 };
+      drag = { id: event.pointerId, x: event.clientX, y: event.clientY, moved: 0, touch: event.pointerType === "touch" };
     });
     canvas.addEventListener("pointermove", (event) => {
       if (drag) {
+        if (event.pointerId !== drag.id) return;
         const dx = event.clientX - drag.x;
         const dy = event.clientY - drag.y;
         drag.moved += Math.abs(dx) + Math.abs(dy);
         drag.x = event.clientX;
         drag.y = event.clientY;
-        this.pan(dx, dy);
+        if (!drag.touch) this.pan(dx, dy);
         return;
       }
       const rect = canvas.getBoundingClientRect();
@@ -868,12 +886,51 @@ export class TableMap {
       }
     });
     canvas.addEventListener("pointerup", (event) => {
-      const wasClick = drag && drag.moved < 4;
+      if (!drag || event.pointerId !== drag.id) return;
+      const wasClick = drag.moved < 4;
       drag = null;
       if (!wasClick) return;
       const rect = canvas.getBoundingClientRect();
       this.select(this.nearest(event.clientX - rect.left, event.clientY - rect.top));
     });
+    canvas.addEventListener("pointercancel", () => {
+      drag = null; // the browser took the finger: it scrolls the page
+    });
+    // One finger scrolls the page (style.css: touch-action pan-x pan-y), as a phone's user expects of a map in a
+    // page (Google Maps' and Mapbox's cooperative gestures), and is told that two move the map; two fingers pan
+    // and pinch-zoom it.
+    let pinch = null;
+    const fingers = ({ touches: [a, b] }) => {
+      const rect = canvas.getBoundingClientRect();
+      return {
+        x: (a.clientX + b.clientX) / 2 - rect.left,
+        y: (a.clientY + b.clientY) / 2 - rect.top,
+        d: Math.hypot(a.clientX - b.clientX, a.clientY - b.clientY),
+      };
+    };
+    canvas.addEventListener("touchstart", (event) => {
+      if (event.touches.length < 2) return;
+      event.preventDefault();
+      pinch = fingers(event);
+      this.showHint(false);
+    }, { passive: false });
+    canvas.addEventListener("touchmove", (event) => {
+      if (event.touches.length < 2 || !pinch) {
+        if (event.touches.length === 1) this.showHint(true);
+        return;
+      }
+      if (!event.cancelable) return; // the page scrolls already
+      event.preventDefault();
+      const now = fingers(event);
+      this.pan(now.x - pinch.x, now.y - pinch.y);
+      if (pinch.d > 0 && now.d > 0) this.zoom(now.d / pinch.d, now.x, now.y);
+      pinch = now;
+    }, { passive: false });
+    const lift = (event) => {
+      if (event.touches.length < 2) pinch = null;
+    };
+    canvas.addEventListener("touchend", lift);
+    canvas.addEventListener("touchcancel", lift);
     canvas.addEventListener("pointerleave", () => {
       if (this.hovered >= 0) {
         this.hovered = -1;

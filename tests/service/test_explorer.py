@@ -966,14 +966,19 @@ def test_a_regular_expression_that_backtracks_for_minutes_leaves_the_tab_respons
     watched.assert_clean()
 
 
+def zoom_to(page: Any, row: int) -> None:
+    """The map zoomed in (60 times the whole table's scale) on ``row``, at the canvas's centre."""
+    page.evaluate(
+        "i => { const m = explorer.tableMap; m.view = { cx: m.x[i], cy: m.y[i], s: m.fitScale * 60 }; m.drawNow(); }",
+        row,
+    )
+
+
 def test_a_click_on_a_point_shows_and_marks_its_neighbours(server: str, api: httpx.Client, watched: Watched) -> None:
     open_table_map(watched, server)
     page = watched.page
     heart = api.get(f"/v1/tables/{WORDS_TABLE}/tokens/heart").json()["id"]
-    page.evaluate(
-        "i => { const m = explorer.tableMap; m.view = { cx: m.x[i], cy: m.y[i], s: m.fitScale * 60 }; m.drawNow(); }",
-        heart,
-    )
+    zoom_to(page, heart)
     page.locator("#tm-canvas").scroll_into_view_if_needed()
     box = page.locator("#tm-canvas").bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
@@ -1063,6 +1068,88 @@ DRAWN_LABELS = """() => {
     return fill.call(this, text, ...args);
   };
 }"""
+
+
+# The map's point under CSS pixel (x, y) of the screen.
+UNDER = """([x, y]) => {
+  const m = explorer.tableMap;
+  const rect = m.canvas.getBoundingClientRect();
+  const p = m.toData((x - rect.left) * m.dpr, (y - rect.top) * m.dpr);
+  return [p.x, p.y];
+}"""
+
+
+def touch(cdp: Any, start: list[tuple[float, float]], end: list[tuple[float, float]], steps: int = 12) -> None:
+    """Fingers put down at ``start``, moved in ``steps`` to ``end`` and lifted, as a touch screen sends them
+    (CDP's Input.dispatchTouchEvent: the browser makes its own gestures of them, the page's scrolling too)."""
+
+    def at(t: float) -> list[dict[str, float]]:
+        return [
+            {"x": a[0] + (b[0] - a[0]) * t, "y": a[1] + (b[1] - a[1]) * t, "id": k}
+            for k, (a, b) in enumerate(zip(start, end, strict=True))
+        ]
+
+    cdp.send("Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": at(0)})
+    for step in range(1, steps + 1):
+        cdp.send("Input.dispatchTouchEvent", {"type": "touchMove", "touchPoints": at(step / steps)})
+    cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+
+
+def test_a_phone_scrolls_the_page_with_one_finger_and_moves_the_map_with_two(
+    server: str, api: httpx.Client, browser: object, tmp_path: Path
+) -> None:
+    """On a touch screen the map cooperates with the page, as map widgets in a page do: one finger drawn over it
+    scrolls the page (the map stays, and says that two fingers move it), two fingers pan it and pinch-zoom it
+    (the page stays), and a tap on a point lists its neighbours."""
+    phone = Watched(browser, width=375, height=812, has_touch=True, is_mobile=True)
+    try:
+        phone.open(server, f"?table={WORDS_TABLE}")
+        page = phone.page
+        page.wait_for_selector("#tm-canvas[data-ready=true]")
+        page.wait_for_selector("#tm-canvas[data-labels=true]")
+        cdp = phone.context.new_cdp_session(page)
+
+        def centre() -> tuple[int, int]:
+            """The canvas scrolled to the middle of the screen; its centre there, in whole CSS pixels."""
+            page.evaluate("document.getElementById('tm-canvas').scrollIntoView({ block: 'center' })")
+            box = page.locator("#tm-canvas").bounding_box()
+            return round(box["x"] + box["width"] / 2), round(box["y"] + box["height"] / 2)
+
+        x, y = centre()
+        state = "() => [scrollY, explorer.tableMap.view.cx, explorer.tableMap.view.cy, explorer.tableMap.view.s]"
+        scroll, cx, cy, s = page.evaluate(state)
+
+        touch(cdp, [(x, y + 100)], [(x, y - 100)])
+        page.wait_for_function("y => scrollY > y + 100", arg=scroll)
+        assert page.evaluate(state)[1:] == [cx, cy, s]
+        assert page.locator("#table-map .tm-touch-hint").is_visible()
+        page.locator("#table-map .tm-touch-hint").wait_for(state="hidden")
+
+        x, y = centre()
+        scroll = page.evaluate("scrollY")
+        touch(cdp, [(x - 40, y), (x + 40, y)], [(x - 140, y + 50), (x - 60, y + 50)])  # two fingers: pan
+        dpr = page.evaluate("explorer.tableMap.dpr")
+        panned = page.evaluate(state)
+        assert panned[0] == scroll
+        np.testing.assert_allclose(panned[1:], [cx + 100 * dpr / s, cy + 50 * dpr / s, s], rtol=1e-9)
+        point = page.evaluate(UNDER, [x, y])
+        touch(cdp, [(x - 50, y), (x + 50, y)], [(x - 100, y), (x + 100, y)])  # spread apart: zoom in twice
+        zoomed = page.evaluate(state)
+        assert zoomed[0] == scroll and zoomed[3] == pytest.approx(2 * s, rel=1e-9)
+        assert page.evaluate("visualViewport.scale") == 1  # the map zoomed, not the page
+        np.testing.assert_allclose(page.evaluate(UNDER, [x, y]), point, rtol=0, atol=1e-9)  # the fingers' point stays
+
+        # A tap on a point: its neighbours, as a click gives them.
+        heart = api.get(f"/v1/tables/{WORDS_TABLE}/tokens/heart").json()["id"]
+        zoom_to(page, heart)
+        page.touchscreen.tap(x, y)
+        page.wait_for_selector(f"#table-map[data-selected='{heart}'] .tm-panel .scores")
+        expected = api.get(f"/v1/tables/{WORDS_TABLE}/neighbors", params={"id": heart, "k": 8}).json()["neighbors"]
+        assert page.locator("#table-map .tm-panel button.token").all_inner_texts() == [n["token"] for n in expected]
+        save_screenshot(page, "explorer-table-map-phone", tmp_path)
+        phone.assert_clean()
+    finally:
+        phone.close()
 
 
 def test_the_maps_labels_follow_the_browsers_text_size(server: str, watched: Watched, tmp_path: Path) -> None:

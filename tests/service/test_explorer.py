@@ -1068,6 +1068,90 @@ DRAWN_LABELS = """() => {
     return fill.call(this, text, ...args);
   };
 }"""
+# The table of labelled words, once it lists the words the last frame labelled (it follows the map once it stops).
+LISTED_AS_DRAWN = """() => {
+  const listed = [...document.querySelectorAll("#table-map .tm-words tbody th")].map((th) => th.textContent);
+  const drawn = [...new Set(window.drawnLabels.map(([text]) => text))];
+  return listed.length > 0 && listed.length === drawn.length && listed.every((word) => drawn.includes(word));
+}"""
+
+
+FOCUSED = "document.activeElement.getAttribute('aria-label') || document.activeElement.textContent"
+
+
+def check_words_table(page: Any, ids: dict[str, int]) -> list[str]:
+    """The table of labelled words against the map: the words its last frame labels, most frequent first, each at
+    its place and with the labelled words nearest to it (a float64 brute force over the page's coordinates,
+    equal distances by row). Returns the words."""
+    page.wait_for_function(LISTED_AS_DRAWN)
+    cells = page.eval_on_selector_all(
+        "#table-map .tm-words tbody tr",
+        "rows => rows.map((r) => [...r.children].map((c, k) => k < 3 ? c.textContent : "
+        "[...c.querySelectorAll('li')].map((li) => li.textContent)))",
+    )
+    words = [word for word, *_ in cells]
+    rows = [ids[word] for word in words]
+    assert rows == sorted(rows)
+    places = np.array(page.evaluate("ids => ids.map((i) => [explorer.tableMap.x[i], explorer.tableMap.y[i]])", rows))
+    shown = [(float(x), float(y)) for _, x, y, _ in cells]
+    np.testing.assert_allclose(shown, places, rtol=0, atol=0.0005 + 1e-9)  # three decimals
+    distances = ((places[:, None, :] - places[None, :, :]) ** 2).sum(axis=2)
+    for k, (word, _, _, near) in enumerate(cells):
+        others = sorted((distances[k, j], rows[j]) for j in range(len(rows)) if j != k)[:3]
+        assert near == [words[rows.index(row)] for _, row in others], word
+    return words
+
+
+def test_the_map_is_told_in_a_table_of_its_labelled_words(server: str, api: httpx.Client, watched: Watched) -> None:
+    """A screen reader's way into the map: the canvas names the line that says what is in view, and a table after
+    it (its summary one Tab after the zoom buttons) lists the words the map labels with their places and the
+    labelled words nearest to each on the map. Both follow the map as the keyboard moves it, and a word in the
+    table takes the map to it and lists its neighbours, the focus staying on it."""
+    page = watched.page
+    page.add_init_script(f"({DRAWN_LABELS})()")
+    open_table_map(watched, server)
+    labels = json.loads(gzip.decompress(api.get(f"/v1/tables/{WORDS_TABLE}/map/labels").content))
+    ids = {label: i for i, label in enumerate(labels)}
+    canvas = page.get_by_role("img", name=re.compile("labelled words are listed in a table after it"))
+    described = canvas.get_attribute("aria-describedby")
+    view = page.locator(f"#{described}")
+    assert view.get_attribute("aria-live") == "polite"
+    page.focus("#tm-canvas")
+    for name in ("Zoom in", "Zoom out", "Fit the whole table", "The labelled words as a table"):
+        page.keyboard.press("Tab")
+        assert page.evaluate(FOCUSED) == name
+    page.keyboard.press("Enter")
+    table = page.get_by_role("table", name=re.compile("^The words labelled on the map"))
+    table.wait_for()
+    first = check_words_table(page, ids)
+    assert 50 <= len(first) <= 140, len(first)
+    assert view.inner_text() == f"20,000 of 20,000 rows in view; {len(first)} rows labelled, listed in the table below."
+
+    # The keyboard zooms in and pans: the line and the table follow.
+    page.focus("#tm-canvas")
+    for key in ("+", "+", "+", "ArrowLeft", "ArrowUp"):
+        page.keyboard.press(key)
+    page.wait_for_function("n => !document.getElementById('tm-view').textContent.startsWith(n)", arg="20,000 of")
+    zoomed = check_words_table(page, ids)
+    assert zoomed != first
+    shown = int(view.inner_text().split(" of ")[0].replace(",", ""))
+    assert len(zoomed) <= shown < 20_000
+
+    # A word of the table, by the keyboard: the map goes to it and lists the API's neighbours of its row; the table
+    # follows, and the focus stays on the word.
+    page.focus("#table-map .tm-words summary")
+    page.keyboard.press("Tab")
+    word = page.evaluate("document.activeElement.textContent")
+    assert word == zoomed[0]
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f"#table-map[data-selected='{ids[word]}'] .tm-panel .scores")
+    expected = api.get(f"/v1/tables/{WORDS_TABLE}/neighbors", params={"id": ids[word], "k": 8}).json()["neighbors"]
+    assert page.locator("#table-map .tm-panel button.token").all_inner_texts() == [n["token"] for n in expected]
+    assert page.evaluate("explorer.tableMap.view.cx") == page.evaluate(f"explorer.tableMap.x[{ids[word]}]")
+    after = check_words_table(page, ids)
+    assert after != zoomed and word in after
+    assert page.evaluate("document.activeElement.textContent") == word
+    watched.assert_clean()
 
 
 # The map's point under CSS pixel (x, y) of the screen.

@@ -487,13 +487,7 @@ export class TableMap {
       row.dataset.row = String(i);
       const head = document.createElement("th");
       head.scope = "row";
-      const button = document.createElement("button");
-      button.type = "button";
-      button.className = "token";
-      button.textContent = this.labels[i];
-      button.title = `Go to ${this.labels[i]} on the map and list its neighbours`;
-      button.addEventListener("click", () => this.goTo(i));
-      head.append(button);
+      head.append(this.goButton(i, "token"));
       const near = document.createElement("ol"); // a list: a label may be a comma
       near.className = "tm-near";
       near.append(...nearest[k].map((j) => {
@@ -836,18 +830,23 @@ export class TableMap {
     });
   }
 
-  /** Buttons for rows ``ids`` (a search's first matches): the keyboard's way to a row and its neighbours, as a
-   * click on its point is the mouse's. */
+  /** A button named by row ``i``'s label that takes the map there and lists its neighbours: the keyboard's way
+   * to a row, as a click on its point is the mouse's (``className``: how it looks). */
+  goButton(i, className) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = className;
+    button.textContent = this.labels[i];
+    button.title = `Go to ${this.labels[i]} on the map and list its neighbours`;
+    button.addEventListener("click", () => this.goTo(i));
+    return button;
+  }
+
+  /** Buttons for rows ``ids`` (a search's first matches). */
   listPicks(ids) {
     this.picks.replaceChildren(...ids.map((i) => {
       const item = document.createElement("li");
-      const button = document.createElement("button");
-      button.type = "button";
-      button.className = "chip";
-      button.textContent = this.labels[i];
-      button.title = `Go to ${this.labels[i]} on the map and list its neighbours`;
-      button.addEventListener("click", () => this.goTo(i));
-      item.append(button);
+      item.append(this.goButton(i, "chip"));
       return item;
     }));
     this.picks.hidden = !ids.length;

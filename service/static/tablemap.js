@@ -1,7 +1,10 @@
 // The whole table as a map: every row on a canvas, drawn pixel by pixel into one ImageData (no WebGL, so it is
 // as fast in a headless or GPU-less browser), with pan, zoom, hover labels, search-to-highlight, click (or, by the
-// keyboard, a button among the search's first matches) for neighbours and colour by a column. Positions come from
-// GET .../map (int16 pairs), labels from .../map/labels.
+// keyboard, a button among the search's first matches or in the table of labelled words) for neighbours and colour
+// by a column. A touch screen scrolls the page with one finger and moves the map with two, as cooperative map
+// widgets do. The labels follow the page's text size; the words they name are listed in a table after the map, with
+// the labelled words nearest to each on it, for a screen reader. Positions come from GET .../map (int16 pairs),
+// labels from .../map/labels.
 
 const BACKGROUND = [255, 255, 255];
 const CATEGORY_COLOURS = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f6d00", "#555555",
@@ -19,6 +22,9 @@ const AUTO_LABELS = 140; // labels placed on frequent visible rows
 const AUTO_SCAN = 4000;
 const PICKS = 10; // matches of a search listed as buttons
 const REGEX_SECONDS = 3; // a regular expression still testing the labels after this long is stopped
+const NEAREST_ON_MAP = 3; // labelled words listed beside each labelled word in the table
+const SETTLE_MS = 250; // the table of labelled words and the view's line follow the map once it stops moving
+const HINT_MS = 1500; // the touch screen's hint (two fingers move the map) stays this long
 
 const hexRGB = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
 const rgba32 = ([r, g, b]) => (0xff000000 | (b << 16) | (g << 8) | r) >>> 0;
@@ -67,6 +73,13 @@ export class TableMap {
     this.picks = root.querySelector(".tm-picks");
     this.panel = root.querySelector(".tm-panel");
     this.legend = root.querySelector(".tm-legend");
+    this.viewLine = root.querySelector(".tm-view");
+    this.words = root.querySelector(".tm-words tbody");
+    this.hint = root.querySelector(".tm-touch-hint");
+    this.labelled = []; // rows whose labels the last frame drew (the hovered row's aside)
+    this.listed = ""; // the rows the table lists, as a key
+    this.settle = 0; // timer: the table and the view's line made again once the map stops moving
+    this.hintTimer = 0;
     this.n = 0;
     this.view = { cx: 0, cy: 0, s: 1 };
     this.fitScale = 1;
@@ -114,7 +127,7 @@ export class TableMap {
     if (!info.ok || !buffer) {
       this.asked = null; // asked again when the page comes back to it
       this.n = 0;
-      this.draw();
+      this.drawNow(); // nothing, and nothing in words
       this.setStatus(info.data?.error?.message || points.error || "the map could not be loaded", true);
       return;
     }
@@ -196,7 +209,8 @@ export class TableMap {
         `(${info.explained_variance_ratio.map((v) => `${(v * 100).toFixed(1)}%`).join(" + ")} of the variance)`
       : `t-SNE of the ${info.rows.toLocaleString("en")} most frequent rows (perplexity ${info.params.perplexity}, ` +
         `seed ${info.params.seed})`;
-    this.setStatus(`${this.table}: ${how}. Drag to pan, scroll to zoom, click a point (or a search's match below) for its neighbours.`);
+    this.setStatus(`${this.table}: ${how}. Drag to pan (two fingers on a touch screen), scroll or pinch to zoom, ` +
+      "click or tap a point (or a search's match below) for its neighbours.");
   }
 
   setStatus(text, error = false) {
@@ -445,6 +459,68 @@ export class TableMap {
     this.draw();
     this.drawTimes.push(performance.now() - started);
     if (this.drawTimes.length > 240) this.drawTimes.splice(0, this.drawTimes.length - 240);
+    clearTimeout(this.settle);
+    this.settle = setTimeout(() => this.describeView(), SETTLE_MS);
+  }
+
+  /** The view in words, once the map stops moving: its line (rows in view, rows labelled) and the table of the
+   * labelled words, most frequent first, each with its place and the labelled words nearest to it on the map. The
+   * table is made again only when the rows labelled change; the focus on one of its words stays on that word. */
+  describeView() {
+    const count = (n) => `${n.toLocaleString("en")} row${n === 1 ? "" : "s"}`;
+    const ids = this.labels ? [...this.labelled].sort((a, b) => a - b) : [];
+    const line = !this.n ? "" : `${this.visible.toLocaleString("en")} of ${count(this.n)} in view` +
+      (this.labels ? `; ${count(ids.length)} labelled, listed in the table below.` : ".");
+    if (this.viewLine.textContent !== line) this.viewLine.textContent = line;
+    const key = `${this.generation} ${ids.join(",")}`;
+    if (key === this.listed) return;
+    this.listed = key;
+    const focused = this.words.contains(document.activeElement) ? document.activeElement.closest("tr").dataset.row : null;
+    const nearest = this.nearestOnMap(ids);
+    const cell = (text) => {
+      const td = document.createElement("td");
+      td.textContent = text;
+      return td;
+    };
+    this.words.replaceChildren(...ids.map((i, k) => {
+      const row = document.createElement("tr");
+      row.dataset.row = String(i);
+      const head = document.createElement("th");
+      head.scope = "row";
+      head.append(this.goButton(i, "token"));
+      const near = document.createElement("ol"); // a list: a label may be a comma
+      near.className = "tm-near";
+      near.append(...nearest[k].map((j) => {
+        const item = document.createElement("li");
+        item.textContent = this.labels[j];
+        return item;
+      }));
+      const places = cell("");
+      places.append(near);
+      row.append(head, cell(this.x[i].toFixed(3)), cell(this.y[i].toFixed(3)), places);
+      return row;
+    }));
+    if (focused !== null) {
+      const again = this.words.querySelector(`tr[data-row="${focused}"] button`);
+      (again || this.words.closest("details").querySelector("summary")).focus();
+    }
+  }
+
+  /** For each of rows ``ids``, the NEAREST_ON_MAP others of them nearest to it on the map (equal distances by row). */
+  nearestOnMap(ids) {
+    return ids.map((i) => ids
+      .filter((j) => j !== i)
+      .map((j) => [(this.x[j] - this.x[i]) ** 2 + (this.y[j] - this.y[i]) ** 2, j])
+      .sort((a, b) => a[0] - b[0] || a[1] - b[1])
+      .slice(0, NEAREST_ON_MAP)
+      .map(([, j]) => j));
+  }
+
+  /** Show the touch screen's hint (two fingers move the map) for HINT_MS, or hide it. */
+  showHint(show) {
+    clearTimeout(this.hintTimer);
+    this.hint.hidden = !show;
+    if (show) this.hintTimer = setTimeout(() => this.showHint(false), HINT_MS);
   }
 
   draw() {
@@ -572,55 +648,52 @@ export class TableMap {
     }
   }
 
-  /** Labels: the hovered row, the selected row and its neighbours, then frequent visible rows (search matches
-   * first while searching), each only where it overlaps no label already placed. */
+  /** Labels: the selected row and its neighbours, then frequent visible rows (search matches first while
+   * searching), each only where it overlaps no label already placed; then the hovered row's, over them (so that
+   * the labels placed, and the table listing them, stay as the pointer moves). Their size is the canvas's font
+   * size (style.css: the page's small text, which follows the browser's text size). The rows labelled, but for
+   * a hovered one no other label names, are kept in ``labelled``. */
   drawLabels() {
     const ctx = this.ctx;
     const w = this.canvas.width;
     const h = this.canvas.height;
-    const dpr = this.dpr;
-    const cell = 8 * dpr;
+    const size = parseFloat(getComputedStyle(this.canvas).fontSize) * this.dpr; // a label's, in canvas pixels
+    const unit = size / 12; // the sizes below were chosen for 12 px labels
+    const font = (strong) => `${strong ? `600 ${13 * unit}` : size}px system-ui, sans-serif`;
+    const cell = 8 * unit;
     const cols = Math.ceil(w / cell);
-    const taken = new Uint8Array(cols * Math.ceil(h / cell));
-    ctx.font = `${12 * dpr}px system-ui, sans-serif`;
-    ctx.textBaseline = "middle";
-    ctx.lineJoin = "round";
     const rows = Math.ceil(h / cell);
-    // -1: off screen, 0: no room, 1: placed.
+    const taken = new Uint8Array(cols * rows);
     const { cx, cy, s } = this.view;
     const ox = w / 2 - cx * s;
     const oy = h / 2 + cy * s;
+    const labels = new Map(); // row -> [x, y, strong], in the order drawn
+    ctx.font = font(false);
+    // -1: off screen, 0: no room, 1: placed.
     const place = (i, strong, force) => {
       if (!this.labels) return 0;
       const px = this.x[i] * s + ox;
       const py = oy - this.y[i] * s;
       if (px < 0 || py < 0 || px > w || py > h) return -1;
-      const x0 = px + 5 * dpr;
+      const x0 = px + 5 * unit;
       const c0 = Math.max(0, Math.floor(x0 / cell));
-      const r0 = Math.max(0, Math.floor((py - 7 * dpr) / cell));
-      const r1 = Math.min(rows - 1, Math.floor((py + 7 * dpr) / cell));
+      const r0 = Math.max(0, Math.floor((py - 7 * unit) / cell));
+      const r1 = Math.min(rows - 1, Math.floor((py + 7 * unit) / cell));
       if (!force && (c0 >= cols || taken[r0 * cols + c0] || taken[r1 * cols + c0])) return 0; // cheap test first
-      const text = this.labels[i];
-      const tw = ctx.measureText(text).width;
+      const tw = ctx.measureText(this.labels[i]).width;
       const c1 = Math.min(cols - 1, Math.floor((x0 + tw) / cell));
       if (!force) {
         if (x0 + tw > w) return 0;
         for (let r = r0; r <= r1; r++) for (let c = c0; c <= c1; c++) if (taken[r * cols + c]) return 0;
       }
       for (let r = r0; r <= r1; r++) for (let c = c0; c <= c1; c++) taken[r * cols + c] = 1;
-      ctx.font = `${strong ? "600 " : ""}${(strong ? 13 : 12) * dpr}px system-ui, sans-serif`;
-      ctx.lineWidth = 3 * dpr;
-      ctx.strokeStyle = "rgba(255,255,255,0.9)";
-      ctx.strokeText(text, x0, py);
-      ctx.fillStyle = strong ? "#7a1a1a" : "#1d2430";
-      ctx.fillText(text, x0, py);
-      ctx.font = `${12 * dpr}px system-ui, sans-serif`;
+      if (!labels.has(i)) labels.set(i, [x0, py, strong]);
       return 1;
     };
     if (this.selected >= 0) {
       const [sx, sy] = this.toPixel(this.selected);
       ctx.strokeStyle = "rgba(163,38,42,0.45)";
-      ctx.lineWidth = 1 * dpr;
+      ctx.lineWidth = 1 * this.dpr;
       for (const nb of this.neighbours) {
         const [nx, ny] = this.toPixel(nb.id);
         ctx.beginPath();
@@ -631,16 +704,32 @@ export class TableMap {
       place(this.selected, true, true);
       for (const nb of this.neighbours) place(nb.id, true, false);
     }
-    if (this.hovered >= 0) place(this.hovered, true, true);
-    if (!this.labels) return;
     let placed = 0;
     let tried = 0; // visible rows tried: off-screen ones cost little
     const source = this.matches || null;
-    const total = source ? source.length : this.n;
+    const total = this.labels ? (source ? source.length : this.n) : 0;
     for (let j = 0; j < total && placed < AUTO_LABELS && tried < AUTO_SCAN; j++) {
       const outcome = place(source ? source[j] : j, false, false);
       if (outcome >= 0) tried++;
       if (outcome > 0) placed++;
+    }
+    this.labelled = [...labels.keys()];
+    const hovered = this.hovered;
+    if (hovered >= 0) {
+      const spot = labels.get(hovered);
+      labels.delete(hovered); // drawn last, strong
+      if (spot) labels.set(hovered, [spot[0], spot[1], true]);
+      else place(hovered, true, true);
+    }
+    ctx.textBaseline = "middle";
+    ctx.lineJoin = "round";
+    ctx.lineWidth = 3 * unit;
+    ctx.strokeStyle = "rgba(255,255,255,0.9)";
+    for (const [i, [x, y, strong]] of labels) {
+      ctx.font = font(strong);
+      ctx.strokeText(this.labels[i], x, y);
+      ctx.fillStyle = strong ? "#7a1a1a" : "#1d2430";
+      ctx.fillText(this.labels[i], x, y);
     }
   }
 
@@ -741,18 +830,23 @@ export class TableMap {
     });
   }
 
-  /** Buttons for rows ``ids`` (a search's first matches): the keyboard's way to a row and its neighbours, as a
-   * click on its point is the mouse's. */
+  /** A button named by row ``i``'s label that takes the map there and lists its neighbours: the keyboard's way
+   * to a row, as a click on its point is the mouse's (``className``: how it looks). */
+  goButton(i, className) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = className;
+    button.textContent = this.labels[i];
+    button.title = `Go to ${this.labels[i]} on the map and list its neighbours`;
+    button.addEventListener("click", () => this.goTo(i));
+    return button;
+  }
+
+  /** Buttons for rows ``ids`` (a search's first matches). */
   listPicks(ids) {
     this.picks.replaceChildren(...ids.map((i) => {
       const item = document.createElement("li");
-      const button = document.createElement("button");
-      button.type = "button";
-      button.className = "chip";
-      button.textContent = this.labels[i];
-      button.title = `Go to ${this.labels[i]} on the map and list its neighbours`;
-      button.addEventListener("click", () => this.goTo(i));
-      item.append(button);
+      item.append(this.goButton(i, "chip"));
       return item;
     }));
     this.picks.hidden = !ids.length;
@@ -840,19 +934,25 @@ export class TableMap {
   // ------------------------------------------------------------------ events
   wire() {
     const canvas = this.canvas;
+    // The pointer pressed on the map: a mouse or a pen drags it, a finger only taps (two move it: touches below).
     let drag = null;
     canvas.addEventListener("pointerdown", (event) => {
+      if (drag) {
+        drag.moved = Infinity; // a second finger: no tap
+        return;
+      }
       canvas.setPointerCapture(event.pointerId);
-      drag = { x: event.clientX, y: event.clientY, moved: 0 };
+      drag = { id: event.pointerId, x: event.clientX, y: event.clientY, moved: 0, touch: event.pointerType === "touch" };
     });
     canvas.addEventListener("pointermove", (event) => {
       if (drag) {
+        if (event.pointerId !== drag.id) return;
         const dx = event.clientX - drag.x;
         const dy = event.clientY - drag.y;
         drag.moved += Math.abs(dx) + Math.abs(dy);
         drag.x = event.clientX;
         drag.y = event.clientY;
-        this.pan(dx, dy);
+        if (!drag.touch) this.pan(dx, dy);
         return;
       }
       const rect = canvas.getBoundingClientRect();
@@ -864,12 +964,51 @@ export class TableMap {
       }
     });
     canvas.addEventListener("pointerup", (event) => {
-      const wasClick = drag && drag.moved < 4;
+      if (!drag || event.pointerId !== drag.id) return;
+      const wasClick = drag.moved < 4;
       drag = null;
       if (!wasClick) return;
       const rect = canvas.getBoundingClientRect();
       this.select(this.nearest(event.clientX - rect.left, event.clientY - rect.top));
     });
+    canvas.addEventListener("pointercancel", () => {
+      drag = null; // the browser took the finger: it scrolls the page
+    });
+    // One finger scrolls the page (style.css: touch-action pan-x pan-y), as a phone's user expects of a map in a
+    // page (Google Maps' and Mapbox's cooperative gestures), and is told that two move the map; two fingers pan
+    // and pinch-zoom it.
+    let pinch = null;
+    const fingers = ({ touches: [a, b] }) => {
+      const rect = canvas.getBoundingClientRect();
+      return {
+        x: (a.clientX + b.clientX) / 2 - rect.left,
+        y: (a.clientY + b.clientY) / 2 - rect.top,
+        d: Math.hypot(a.clientX - b.clientX, a.clientY - b.clientY),
+      };
+    };
+    canvas.addEventListener("touchstart", (event) => {
+      if (event.touches.length < 2) return;
+      event.preventDefault();
+      pinch = fingers(event);
+      this.showHint(false);
+    }, { passive: false });
+    canvas.addEventListener("touchmove", (event) => {
+      if (event.touches.length < 2 || !pinch) {
+        if (event.touches.length === 1) this.showHint(true);
+        return;
+      }
+      if (!event.cancelable) return; // the page scrolls already
+      event.preventDefault();
+      const now = fingers(event);
+      this.pan(now.x - pinch.x, now.y - pinch.y);
+      if (pinch.d > 0 && now.d > 0) this.zoom(now.d / pinch.d, now.x, now.y);
+      pinch = now;
+    }, { passive: false });
+    const lift = (event) => {
+      if (event.touches.length < 2) pinch = null;
+    };
+    canvas.addEventListener("touchend", lift);
+    canvas.addEventListener("touchcancel", lift);
     canvas.addEventListener("pointerleave", () => {
       if (this.hovered >= 0) {
         this.hovered = -1;

@@ -44,8 +44,9 @@ def launched() -> Iterator[Any]:
 class Watched:
     """A page with every console error, page error, failed request and HTTP error response recorded."""
 
-    def __init__(self, browser: object, width: int = 1280, height: int = 900) -> None:
-        self.context = browser.new_context(viewport={"width": width, "height": height})
+    def __init__(self, browser: object, width: int = 1280, height: int = 900, **options: Any) -> None:
+        """``options``: the context's others (``has_touch``, ``is_mobile``: a phone)."""
+        self.context = browser.new_context(viewport={"width": width, "height": height}, **options)
         self.page = self.context.new_page()
         self.page.set_default_timeout(TIMEOUT_MS)
         self.console: list[str] = []

@@ -966,14 +966,19 @@ def test_a_regular_expression_that_backtracks_for_minutes_leaves_the_tab_respons
     watched.assert_clean()
 
 
+def zoom_to(page: Any, row: int) -> None:
+    """The map zoomed in (60 times the whole table's scale) on ``row``, at the canvas's centre."""
+    page.evaluate(
+        "i => { const m = explorer.tableMap; m.view = { cx: m.x[i], cy: m.y[i], s: m.fitScale * 60 }; m.drawNow(); }",
+        row,
+    )
+
+
 def test_a_click_on_a_point_shows_and_marks_its_neighbours(server: str, api: httpx.Client, watched: Watched) -> None:
     open_table_map(watched, server)
     page = watched.page
     heart = api.get(f"/v1/tables/{WORDS_TABLE}/tokens/heart").json()["id"]
-    page.evaluate(
-        "i => { const m = explorer.tableMap; m.view = { cx: m.x[i], cy: m.y[i], s: m.fitScale * 60 }; m.drawNow(); }",
-        heart,
-    )
+    zoom_to(page, heart)
     page.locator("#tm-canvas").scroll_into_view_if_needed()
     box = page.locator("#tm-canvas").bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
@@ -1044,6 +1049,209 @@ def test_pan_and_zoom_redraw_every_frame(server: str, watched: Watched) -> None:
     assert stats["frames"] == 40 and stats["draws"] >= 40 and stats["moved"]
     assert stats["draw_ms"]["median"] < 100  # 20,000 rows; the 400,000-row figures are in BENCHMARKS.md
     assert watched.page.evaluate(PIXELS)["white"] < watched.page.evaluate(PIXELS)["total"]
+    watched.assert_clean()
+
+
+# The map's labels as its canvas draws them: the texts and fonts of the last frame (each frame starts with
+# putImageData, then writes its labels with fillText).
+DRAWN_LABELS = """() => {
+  window.drawnLabels = [];
+  const proto = CanvasRenderingContext2D.prototype;
+  const put = proto.putImageData;
+  const fill = proto.fillText;
+  proto.putImageData = function (...args) {
+    if (this.canvas.id === "tm-canvas") window.drawnLabels = [];
+    return put.apply(this, args);
+  };
+  proto.fillText = function (text, ...args) {
+    if (this.canvas.id === "tm-canvas") window.drawnLabels.push([text, this.font]);
+    return fill.call(this, text, ...args);
+  };
+}"""
+# The table of labelled words, once it lists the words the last frame labelled (it follows the map once it stops).
+LISTED_AS_DRAWN = """() => {
+  const listed = [...document.querySelectorAll("#table-map .tm-words tbody th")].map((th) => th.textContent);
+  const drawn = [...new Set(window.drawnLabels.map(([text]) => text))];
+  return listed.length > 0 && listed.length === drawn.length && listed.every((word) => drawn.includes(word));
+}"""
+
+
+FOCUSED = "document.activeElement.getAttribute('aria-label') || document.activeElement.textContent"
+
+
+def check_words_table(page: Any, ids: dict[str, int]) -> list[str]:
+    """The table of labelled words against the map: the words its last frame labels, most frequent first, each at
+    its place and with the labelled words nearest to it (a float64 brute force over the page's coordinates,
+    equal distances by row). Returns the words."""
+    page.wait_for_function(LISTED_AS_DRAWN)
+    cells = page.eval_on_selector_all(
+        "#table-map .tm-words tbody tr",
+        "rows => rows.map((r) => [...r.children].map((c, k) => k < 3 ? c.textContent : "
+        "[...c.querySelectorAll('li')].map((li) => li.textContent)))",
+    )
+    words = [word for word, *_ in cells]
+    rows = [ids[word] for word in words]
+    assert rows == sorted(rows)
+    places = np.array(page.evaluate("ids => ids.map((i) => [explorer.tableMap.x[i], explorer.tableMap.y[i]])", rows))
+    shown = [(float(x), float(y)) for _, x, y, _ in cells]
+    np.testing.assert_allclose(shown, places, rtol=0, atol=0.0005 + 1e-9)  # three decimals
+    distances = ((places[:, None, :] - places[None, :, :]) ** 2).sum(axis=2)
+    for k, (word, _, _, near) in enumerate(cells):
+        others = sorted((distances[k, j], rows[j]) for j in range(len(rows)) if j != k)[:3]
+        assert near == [words[rows.index(row)] for _, row in others], word
+    return words
+
+
+def test_the_map_is_told_in_a_table_of_its_labelled_words(server: str, api: httpx.Client, watched: Watched) -> None:
+    """A screen reader's way into the map: the canvas names the line that says what is in view, and a table after
+    it (its summary one Tab after the zoom buttons) lists the words the map labels with their places and the
+    labelled words nearest to each on the map. Both follow the map as the keyboard moves it, and a word in the
+    table takes the map to it and lists its neighbours, the focus staying on it."""
+    page = watched.page
+    page.add_init_script(f"({DRAWN_LABELS})()")
+    open_table_map(watched, server)
+    labels = json.loads(gzip.decompress(api.get(f"/v1/tables/{WORDS_TABLE}/map/labels").content))
+    ids = {label: i for i, label in enumerate(labels)}
+    canvas = page.get_by_role("img", name=re.compile("labelled words are listed in a table after it"))
+    described = canvas.get_attribute("aria-describedby")
+    view = page.locator(f"#{described}")
+    assert view.get_attribute("aria-live") == "polite"
+    page.focus("#tm-canvas")
+    for name in ("Zoom in", "Zoom out", "Fit the whole table", "The labelled words as a table"):
+        page.keyboard.press("Tab")
+        assert page.evaluate(FOCUSED) == name
+    page.keyboard.press("Enter")
+    table = page.get_by_role("table", name=re.compile("^The words labelled on the map"))
+    table.wait_for()
+    first = check_words_table(page, ids)
+    assert 50 <= len(first) <= 140, len(first)
+    assert view.inner_text() == f"20,000 of 20,000 rows in view; {len(first)} rows labelled, listed in the table below."
+
+    # The keyboard zooms in and pans: the line and the table follow.
+    page.focus("#tm-canvas")
+    for key in ("+", "+", "+", "ArrowLeft", "ArrowUp"):
+        page.keyboard.press(key)
+    page.wait_for_function("n => !document.getElementById('tm-view').textContent.startsWith(n)", arg="20,000 of")
+    zoomed = check_words_table(page, ids)
+    assert zoomed != first
+    shown = int(view.inner_text().split(" of ")[0].replace(",", ""))
+    assert len(zoomed) <= shown < 20_000
+
+    # A word of the table, by the keyboard: the map goes to it and lists the API's neighbours of its row; the table
+    # follows, and the focus stays on the word.
+    page.focus("#table-map .tm-words summary")
+    page.keyboard.press("Tab")
+    word = page.evaluate("document.activeElement.textContent")
+    assert word == zoomed[0]
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f"#table-map[data-selected='{ids[word]}'] .tm-panel .scores")
+    expected = api.get(f"/v1/tables/{WORDS_TABLE}/neighbors", params={"id": ids[word], "k": 8}).json()["neighbors"]
+    assert page.locator("#table-map .tm-panel button.token").all_inner_texts() == [n["token"] for n in expected]
+    assert page.evaluate("explorer.tableMap.view.cx") == page.evaluate(f"explorer.tableMap.x[{ids[word]}]")
+    after = check_words_table(page, ids)
+    assert after != zoomed and word in after
+    assert page.evaluate("document.activeElement.textContent") == word
+    watched.assert_clean()
+
+
+# The map's point under CSS pixel (x, y) of the screen.
+UNDER = """([x, y]) => {
+  const m = explorer.tableMap;
+  const rect = m.canvas.getBoundingClientRect();
+  const p = m.toData((x - rect.left) * m.dpr, (y - rect.top) * m.dpr);
+  return [p.x, p.y];
+}"""
+
+
+def touch(cdp: Any, start: list[tuple[float, float]], end: list[tuple[float, float]], steps: int = 12) -> None:
+    """Fingers put down at ``start``, moved in ``steps`` to ``end`` and lifted, as a touch screen sends them
+    (CDP's Input.dispatchTouchEvent: the browser makes its own gestures of them, the page's scrolling too)."""
+
+    def at(t: float) -> list[dict[str, float]]:
+        return [
+            {"x": a[0] + (b[0] - a[0]) * t, "y": a[1] + (b[1] - a[1]) * t, "id": k}
+            for k, (a, b) in enumerate(zip(start, end, strict=True))
+        ]
+
+    cdp.send("Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": at(0)})
+    for step in range(1, steps + 1):
+        cdp.send("Input.dispatchTouchEvent", {"type": "touchMove", "touchPoints": at(step / steps)})
+    cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+
+
+def test_a_phone_scrolls_the_page_with_one_finger_and_moves_the_map_with_two(
+    server: str, api: httpx.Client, browser: object, tmp_path: Path
+) -> None:
+    """On a touch screen the map cooperates with the page, as map widgets in a page do: one finger drawn over it
+    scrolls the page (the map stays, and says that two fingers move it), two fingers pan it and pinch-zoom it
+    (the page stays), and a tap on a point lists its neighbours."""
+    phone = Watched(browser, width=375, height=812, has_touch=True, is_mobile=True)
+    try:
+        phone.open(server, f"?table={WORDS_TABLE}")
+        page = phone.page
+        page.wait_for_selector("#tm-canvas[data-ready=true]")
+        page.wait_for_selector("#tm-canvas[data-labels=true]")
+        cdp = phone.context.new_cdp_session(page)
+
+        def centre() -> tuple[int, int]:
+            """The canvas scrolled to the middle of the screen; its centre there, in whole CSS pixels."""
+            page.evaluate("document.getElementById('tm-canvas').scrollIntoView({ block: 'center' })")
+            box = page.locator("#tm-canvas").bounding_box()
+            return round(box["x"] + box["width"] / 2), round(box["y"] + box["height"] / 2)
+
+        x, y = centre()
+        state = "() => [scrollY, explorer.tableMap.view.cx, explorer.tableMap.view.cy, explorer.tableMap.view.s]"
+        scroll, cx, cy, s = page.evaluate(state)
+
+        touch(cdp, [(x, y + 100)], [(x, y - 100)])
+        page.wait_for_function("y => scrollY > y + 100", arg=scroll)
+        assert page.evaluate(state)[1:] == [cx, cy, s]
+        assert page.locator("#table-map .tm-touch-hint").is_visible()
+        page.locator("#table-map .tm-touch-hint").wait_for(state="hidden")
+
+        x, y = centre()
+        scroll = page.evaluate("scrollY")
+        touch(cdp, [(x - 40, y), (x + 40, y)], [(x - 140, y + 50), (x - 60, y + 50)])  # two fingers: pan
+        dpr = page.evaluate("explorer.tableMap.dpr")
+        panned = page.evaluate(state)
+        assert panned[0] == scroll
+        np.testing.assert_allclose(panned[1:], [cx + 100 * dpr / s, cy + 50 * dpr / s, s], rtol=1e-9)
+        point = page.evaluate(UNDER, [x, y])
+        touch(cdp, [(x - 50, y), (x + 50, y)], [(x - 100, y), (x + 100, y)])  # spread apart: zoom in twice
+        zoomed = page.evaluate(state)
+        assert zoomed[0] == scroll and zoomed[3] == pytest.approx(2 * s, rel=1e-9)
+        assert page.evaluate("visualViewport.scale") == 1  # the map zoomed, not the page
+        np.testing.assert_allclose(page.evaluate(UNDER, [x, y]), point, rtol=0, atol=1e-9)  # the fingers' point stays
+
+        # A tap on a point: its neighbours, as a click gives them.
+        heart = api.get(f"/v1/tables/{WORDS_TABLE}/tokens/heart").json()["id"]
+        zoom_to(page, heart)
+        page.touchscreen.tap(x, y)
+        page.wait_for_selector(f"#table-map[data-selected='{heart}'] .tm-panel .scores")
+        expected = api.get(f"/v1/tables/{WORDS_TABLE}/neighbors", params={"id": heart, "k": 8}).json()["neighbors"]
+        assert page.locator("#table-map .tm-panel button.token").all_inner_texts() == [n["token"] for n in expected]
+        save_screenshot(page, "explorer-table-map-phone", tmp_path)
+        phone.assert_clean()
+    finally:
+        phone.close()
+
+
+def test_the_maps_labels_follow_the_browsers_text_size(server: str, watched: Watched, tmp_path: Path) -> None:
+    """The canvas's labels are the page's small text: 12 px at the browser's default 16 px, 24 px when the reader
+    sets 32 px, as the rest of the page's text follows it."""
+    page = watched.page
+    page.add_init_script(f"({DRAWN_LABELS})()")
+    sizes = []
+    for default in (16, 32):
+        sizes_set = {"fontSizes": {"standard": default, "fixed": 13}}
+        watched.context.new_cdp_session(page).send("Page.setFontSizes", sizes_set)
+        open_table_map(watched, server)
+        page.wait_for_function("() => window.drawnLabels.length > 0")
+        fonts = {font for _, font in page.evaluate("window.drawnLabels")}
+        assert fonts == {f"{default * 0.75:g}px system-ui, sans-serif"}, fonts
+        sizes.append(len(page.evaluate("window.drawnLabels")))
+    save_screenshot(page, "explorer-table-map-large-text", tmp_path)
+    assert sizes[1] < sizes[0]  # labels twice the size: fewer fit without overlapping
     watched.assert_clean()
 
 

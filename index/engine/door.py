@@ -4,9 +4,10 @@ batch of one).
 
 Inside, once: tokens, row ids, document ids and examples become unit query vectors with the rows they leave out
 (:func:`probe`); a text is embedded by the table's encoder (the table that embedded its documents), with mode
-hybrid's fallbacks; a filter is compiled; the mode rules are checked; the items are grouped into one engine
-request per filter, page and mode; the write log's delta is searched beside the version; hybrid fusion and MMR
-run (``index.engine.hybrid``).
+hybrid's fallbacks; a filter is compiled; the mode rules each query read on itself (``Query.problem``) are
+answered, with what only the table can say (its keyword index); the items are grouped into one engine request per
+filter, page and mode; the write log's delta is searched beside the version; hybrid fusion and MMR run
+(``index.engine.hybrid``, which checks none of it again).
 
 :func:`run` does all of it; :func:`split` gives a plain query's one engine request (a ``VectorSearch`` or
 ``AnalogySearch``, which the service's searcher can join with others) and the step that finishes its answers, so
@@ -271,6 +272,7 @@ __all__ = [
 ]
 
 KEYWORD_HINT = "; mode keyword (and hybrid, which falls back to it) finds the words by the keyword index"
+NO_INPUT = "a query needs an input: a token, id, vector, positive/negative examples or text"
 
 
 @dataclass(slots=True)
@@ -462,7 +464,7 @@ def probe(table: Table, query: Query, encoder: Table | None = None, delta: Delta
         return _documents(table, query, delta)
     if query.text is not None:
         return _text(table, encoder, query.text)
-    raise InvalidQuery("a query needs an input: a token, id, vector, positive/negative examples or text")
+    raise InvalidQuery(NO_INPUT)
 
 
 def similarity(table: Table, a: str, b: str, compose: Literal["mean"] | None = None) -> tuple[float, dict[str, Any]]:
@@ -529,10 +531,10 @@ def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | N
         return _Item(query, "vector", probe(table, query))
     mode, text, vector_input = query.mode, query.text, query.vector_input
     if text is None and not vector_input:
-        raise InvalidQuery("a query needs an input: a token, id, vector, positive/negative examples or text")
+        raise InvalidQuery(NO_INPUT)
     if query.problem is not None:  # the mode rules, read where the query was made
         raise InvalidQuery(query.problem)
-    if mode != "vector" and table.keyword is None:
+    if mode != "vector" and table.keyword is None:  # what the table says, not the query
         raise InvalidQuery(
             f"mode {mode}: table {table.name!r} has no keyword index (its documents have no text); search it by vector"
         )

@@ -10,7 +10,9 @@ answer: ``k`` hits from ``offset`` at or above ``min_score``, among the rows a `
 The mode rules (:func:`check_mode`) live here once and are read once, by each query made (:attr:`Query.problem`):
 the request schema that makes a single query refuses its problem as the request's, and the door answers a batch
 item's as that item's error. A request's own options are checked against its mode here too (:func:`check_fusion`,
-:func:`check_options`).
+:func:`check_options`). The door adds what a query cannot know, the table's keyword index, and refuses text beside
+a vector input in mode vector as the search's own error, after the request's checks; ``index.engine.hybrid`` checks
+none of them again.
 """
 
 from __future__ import annotations

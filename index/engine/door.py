@@ -103,7 +103,6 @@ from index.engine.query import (
     Failed,
     Query,
     Result,
-    attempt,
     check_fusion,
     check_options,
 )
@@ -201,7 +200,6 @@ __all__ = [
     "UnknownDocument",
     "WholeDelta",
     "analogy_part",
-    "attempt",
     "by_owner",
     "check_fusion",
     "check_known",
@@ -480,9 +478,10 @@ def similarity(table: Table, a: str, b: str, compose: Literal["mean"] | None = N
 
 def similarities(
     table: Table, pairs: Sequence[Sequence[str]], compose: Literal["mean"] | None = None
-) -> list[float | EmbeddingError]:
-    """The cosine of each pair of tokens, or its error (an unknown token); plain rows scored together."""
-    out: list[float | EmbeddingError] = []
+) -> list[float | Failed]:
+    """The cosine of each pair of tokens, or its error (an unknown token: its :class:`Failed`); plain rows scored
+    together."""
+    out: list[float | Failed] = []
     rows: list[tuple[int, int, int]] = []  # (position, row a, row b) of the pairs of rows, scored at once
     for position, (a, b) in enumerate(pairs):
         try:
@@ -492,7 +491,7 @@ def similarities(
             else:
                 out.append(similarity(table, a, b, compose)[0])
         except EmbeddingError as exc:
-            out.append(exc)
+            out.append(Failed(exc))
     if rows:
         positions, left, right = (list(column) for column in zip(*rows, strict=True))
         for position, value in zip(positions, table.similarities(left, right).tolist(), strict=True):

@@ -17,9 +17,9 @@ none of them again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 
@@ -29,7 +29,6 @@ from index.engine.knn import Neighbor
 from index.engine.table import Method, SearchOptions
 from index.errors import EmbeddingError
 
-T = TypeVar("T")
 DEFAULT_OPTIONS = SearchOptions()
 
 
@@ -135,14 +134,6 @@ class Failed:
 
 
 Answer = Result | Failed
-
-
-def attempt(make: Callable[[], T]) -> T | Failed:
-    """``make()``, or the :class:`Failed` of the query error it raised: one item's work in a batch."""
-    try:
-        return make()
-    except EmbeddingError as exc:
-        return Failed(exc)
 
 
 def check_options(mode: str, min_score: float | None, diversity: float | None) -> None:

@@ -366,8 +366,7 @@ def _raw_vector(table: Table, values: Sequence[float] | np.ndarray) -> Probe:
 def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:
     """More like one document (itself left out), or the normalised mean of positive and negative documents'
     unit vectors (gensim ``most_similar``; they are left out); with a ``delta``, written documents too."""
-    if table.payload is None:
-        raise InvalidQuery(f"table {table.name!r} is not a documents table: search it by vector")
+    payload = table.documents("search it by vector")
     if query.document is not None:
         asked, positive, info = [query.document], 1, {"id": query.document}
     else:
@@ -376,7 +375,7 @@ def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:
         asked, positive = [*examples.positive, *examples.negative], len(examples.positive)
         info = {"positive": examples.positive, "negative": examples.negative}
     if delta is None:
-        pos, neg = table.payload.row_of(asked[:positive]).tolist(), table.payload.row_of(asked[positive:]).tolist()
+        pos, neg = payload.row_of(asked[:positive]).tolist(), payload.row_of(asked[positive:]).tolist()
         return Probe(mean_query(table.vectors, pos, neg, "documents")[0], set(pos) | set(neg), info)
     order = delta.places()
     rows, vectors = [], []

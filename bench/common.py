@@ -304,6 +304,20 @@ def wait_ready(process: subprocess.Popen[bytes], url: str, log: Any, timeout: fl
         )
 
 
+def wait_workers(
+    process: subprocess.Popen[bytes], base: str, workers: int, log: Any, failed: str, *, pause: float
+) -> float:
+    """:func:`wait_until` every one of a server's ``workers`` has started (uvicorn's start-up line in its ``log``, at
+    log level info) and ``base``'s ``/readyz`` answers 200."""
+
+    def ready() -> bool:
+        log.seek(0)
+        started = log.read().decode(errors="replace").count("Application startup complete")
+        return started >= workers and httpx.get(f"{base}/readyz", timeout=POLL_SECONDS).status_code == 200
+
+    return wait_until(process, ready, log, failed, pause=pause, not_yet=(httpx.TransportError,))
+
+
 def wait_until(
     process: subprocess.Popen[bytes],
     ready: Callable[[], bool],

@@ -44,7 +44,6 @@ import numpy as np
 from bench.common import (
     BIN,
     MIB,
-    POLL_SECONDS,
     Context,
     Stages,
     dir_size,
@@ -57,7 +56,7 @@ from bench.common import (
     serve,
     stop,
     target,
-    wait_until,
+    wait_workers,
 )
 from bench.common import server_env as default_env
 
@@ -387,15 +386,8 @@ def worker_memory(data_dir: Path, table: str, workers: int, bodies: list[bytes],
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
         process = own_session(argv, stdout=log, stderr=subprocess.STDOUT, env=server_env())
-
-        def ready() -> bool:  # every worker has started, and the server answers ready
-            log.seek(0)
-            started = log.read().decode(errors="replace").count("Application startup complete")
-            return started >= workers and httpx.get(base + "/readyz", timeout=POLL_SECONDS).status_code == 200
-
         try:
-            failed = f"embedding-serve --workers {workers} did not start"
-            wait_until(process, ready, log, failed, pause=0.1, not_yet=(httpx.TransportError,))
+            wait_workers(process, base, workers, log, f"embedding-serve --workers {workers} did not start", pause=0.1)
             root = psutil.Process(process.pid)
             idle = memory(root, workers)
             try:

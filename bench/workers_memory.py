@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from bench.common import POLL_SECONDS, free_port, own_session
+from bench.common import free_port, own_session, wait_workers
 
 MIB = 1 << 20
 BASELINE = """
@@ -100,13 +100,6 @@ def warm(base: str, table: str, words: list[str], requests: int) -> None:
         list(pool.map(one, range(requests)))
 
 
-def ready(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/readyz", timeout=POLL_SECONDS).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 def role(process: psutil.Process, root: psutil.Process, workers: int) -> str:
     if workers == 1:
         return "worker"  # one worker: uvicorn serves in the main process
@@ -126,15 +119,7 @@ def measure(
         server = own_session(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 600
-            while True:  # every worker has loaded the table and serves
-                log.seek(0)
-                output = log.read().decode(errors="replace")
-                if server.poll() is not None or time.monotonic() > deadline:
-                    sys.exit(f"server did not start:\n{output[-3000:]}")
-                if output.count("Application startup complete") >= workers and ready(base):
-                    break
-                time.sleep(0.2)  # polling while the workers load the table
+            wait_workers(server, base, workers, log, "server did not start", pause=0.2)  # while they load the table
             root = psutil.Process(server.pid)
             procs = [root, *root.children(recursive=True)]
             idle = [Mem.of(p.pid).anon for p in procs if role(p, root, workers) == "worker"]

@@ -13,6 +13,7 @@ SHOWN_CHARS = 60  # of a client's value or name quoted in a message (a whole bod
 # server's background compaction (service.compacting) says what the server does instead.
 WAIT_LONGER = "compact it again once that one is done, or with a longer --wait"
 EVERY_DOCUMENT_DELETED = "every one of its documents is deleted"  # a compaction's refusal until the next write
+WRITES_ONLY = "only documents tables take writes"  # why a table that is not a documents table refuses a write
 
 
 def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
@@ -56,6 +57,12 @@ class UnknownToken(EmbeddingError):
 
 class InvalidQuery(EmbeddingError):
     code = "invalid_request"
+
+
+def not_documents(name: str, kind: str, use: str) -> InvalidQuery:
+    """The refusal of table ``name``, which holds ``kind`` (words, model tokens), where only a documents table does:
+    ``use`` says what it is refused (``Table.documents``; a compaction, before the table is loaded)."""
+    return InvalidQuery(f"table {name!r} holds {kind}, not documents: {use}")
 
 
 class OverLimit(InvalidQuery, ValueError):

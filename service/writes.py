@@ -45,10 +45,9 @@ from index.engine.door import (
     visible,
     written_row,
 )
-from index.errors import InvalidQuery, clipped, counted, shown
+from index.errors import WRITES_ONLY, InvalidQuery, clipped, counted, shown
 from service.schemas.writes import WriteDocument
 
-WRITES_ONLY = "only documents tables take writes"  # why a table that is not a documents table refuses a write
 Make = Callable[[Delta], tuple[dict[str, Any] | None, int]]  # a write's record made under its log's lock
 
 

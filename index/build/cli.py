@@ -18,7 +18,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from index import threads
-from index.build.budget import AUTO_BUDGET_SECONDS, MAX_COMPACT_WAIT_SECONDS
+from index.build.budget import AUTO_BUDGET_SECONDS
 from index.build.sources import FORMATS, UNICODE_ERRORS, RawTable, text_codec
 from index.build.train import MAX_NEGATIVE, MAX_SENTENCE, MAX_WORKERS
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
@@ -799,9 +799,9 @@ def compact(
         typer.Option(
             "--wait",
             min=0,
-            max=MAX_COMPACT_WAIT_SECONDS,
+            max=writelog.MAX_COMPACTION_WAIT_SECONDS,
             help="Seconds to wait for a compaction of the table another process is making, then fail "
-            f"(default {writelog.COMPACTION_WAIT_SECONDS:g}, at most {MAX_COMPACT_WAIT_SECONDS:g}).",
+            f"(default {writelog.COMPACTION_WAIT_SECONDS:g}, at most {writelog.MAX_COMPACTION_WAIT_SECONDS:g}).",
         ),
     ] = writelog.COMPACTION_WAIT_SECONDS,
     quiet: Quiet = False,

@@ -30,7 +30,7 @@ from index.build.writer import build_table
 from index.engine.delta import Delta
 from index.engine.keyword import for_documents
 from index.engine.table import Table
-from index.errors import EVERY_DOCUMENT_DELETED, WAIT_LONGER, ArtifactError, InvalidQuery
+from index.errors import EVERY_DOCUMENT_DELETED, WAIT_LONGER, WRITES_ONLY, ArtifactError, InvalidQuery, not_documents
 from index.progress import CONFIG, Progress, duration, note
 from index.store import artifact, writelog
 from index.store.payload import KIND, payload_files
@@ -44,7 +44,7 @@ def compact(data_dir: Path, name: str, wait: float = writelog.COMPACTION_WAIT_SE
     directory = artifact.table_dir(data_dir, name)
     kind = artifact.read_manifest(directory).get("kind", "words")  # no such table: said before any lock is made
     if kind != "documents":
-        raise InvalidQuery(f"table {name!r} holds {kind}, not documents: only documents tables take writes")
+        raise not_documents(name, kind, WRITES_ONLY)
     with locked(data_dir, name, wait):
         again = None
         for _ in range(artifact.ROUNDS):  # again while the version is published anew meanwhile (index, sif)
@@ -246,9 +246,7 @@ def _compact(data_dir: Path, name: str, directory: Path, path: Path) -> dict[str
     files = artifact.identity(directory)
     note(f"verifying {directory} ...")
     table = Table.load(directory)
-    payload = table.payload
-    if payload is None:
-        raise InvalidQuery(f"table {name!r} holds {table.kind}, not documents: only documents tables take writes")
+    payload = table.documents(WRITES_ONLY)
     manifest = table.manifest
     covered = int(manifest.get("log_sequence", 0))
     delta = Delta(payload, table.rows, table.dim, covered)

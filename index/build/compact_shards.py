@@ -30,7 +30,7 @@ from index.engine.delta import Delta
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS, Tokenizer
 from index.engine.shard_writes import WholeDelta, owner
 from index.engine.shards import ShardedTable, furthest_fallback
-from index.errors import InvalidQuery
+from index.errors import WRITES_ONLY
 from index.progress import note
 from index.store import artifact, shardmap, writelog
 
@@ -46,8 +46,7 @@ def _compact(data_dir: Path, name: str, directory: Path) -> dict[str, Any]:
     files = artifact.identity(directory)
     note(f"verifying {directory} ...")
     table = ShardedTable.load(directory)
-    if table.payload is None:
-        raise InvalidQuery(f"table {name!r} holds {table.kind}, not documents: only documents tables take writes")
+    table.documents(WRITES_ONLY)
     parts = []
     for s, shard in enumerate(table.shards):
         assert shard.payload is not None

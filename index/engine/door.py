@@ -4,9 +4,10 @@ batch of one).
 
 Inside, once: tokens, row ids, document ids and examples become unit query vectors with the rows they leave out
 (:func:`probe`); a text is embedded by the table's encoder (the table that embedded its documents), with mode
-hybrid's fallbacks; a filter is compiled; the mode rules are checked; the items are grouped into one engine
-request per filter, page and mode; the write log's delta is searched beside the version; hybrid fusion and MMR
-run (``index.engine.hybrid``).
+hybrid's fallbacks; a filter is compiled; the mode rules each query read on itself (``Query.problem``) are
+answered, with what only the table can say (its keyword index); the items are grouped into one engine request per
+filter, page and mode; the write log's delta is searched beside the version; hybrid fusion and MMR run
+(``index.engine.hybrid``, which checks none of it again).
 
 :func:`run` does all of it; :func:`split` gives a plain query's one engine request (a ``VectorSearch`` or
 ``AnalogySearch``, which the service's searcher can join with others) and the step that finishes its answers, so
@@ -102,7 +103,6 @@ from index.engine.query import (
     Failed,
     Query,
     Result,
-    attempt,
     check_fusion,
     check_options,
 )
@@ -200,7 +200,6 @@ __all__ = [
     "UnknownDocument",
     "WholeDelta",
     "analogy_part",
-    "attempt",
     "by_owner",
     "check_fusion",
     "check_known",
@@ -271,6 +270,7 @@ __all__ = [
 ]
 
 KEYWORD_HINT = "; mode keyword (and hybrid, which falls back to it) finds the words by the keyword index"
+NO_INPUT = "a query needs an input: a token, id, vector, positive/negative examples or text"
 
 
 @dataclass(slots=True)
@@ -366,8 +366,7 @@ def _raw_vector(table: Table, values: Sequence[float] | np.ndarray) -> Probe:
 def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:
     """More like one document (itself left out), or the normalised mean of positive and negative documents'
     unit vectors (gensim ``most_similar``; they are left out); with a ``delta``, written documents too."""
-    if table.payload is None:
-        raise InvalidQuery(f"table {table.name!r} is not a documents table: search it by vector")
+    payload = table.documents("search it by vector")
     if query.document is not None:
         asked, positive, info = [query.document], 1, {"id": query.document}
     else:
@@ -376,7 +375,7 @@ def _documents(table: Table, query: Query, delta: Delta | None) -> Probe:
         asked, positive = [*examples.positive, *examples.negative], len(examples.positive)
         info = {"positive": examples.positive, "negative": examples.negative}
     if delta is None:
-        pos, neg = table.payload.row_of(asked[:positive]).tolist(), table.payload.row_of(asked[positive:]).tolist()
+        pos, neg = payload.row_of(asked[:positive]).tolist(), payload.row_of(asked[positive:]).tolist()
         return Probe(mean_query(table.vectors, pos, neg, "documents")[0], set(pos) | set(neg), info)
     order = delta.places()
     rows, vectors = [], []
@@ -462,7 +461,7 @@ def probe(table: Table, query: Query, encoder: Table | None = None, delta: Delta
         return _documents(table, query, delta)
     if query.text is not None:
         return _text(table, encoder, query.text)
-    raise InvalidQuery("a query needs an input: a token, id, vector, positive/negative examples or text")
+    raise InvalidQuery(NO_INPUT)
 
 
 def similarity(table: Table, a: str, b: str, compose: Literal["mean"] | None = None) -> tuple[float, dict[str, Any]]:
@@ -478,9 +477,10 @@ def similarity(table: Table, a: str, b: str, compose: Literal["mean"] | None = N
 
 def similarities(
     table: Table, pairs: Sequence[Sequence[str]], compose: Literal["mean"] | None = None
-) -> list[float | EmbeddingError]:
-    """The cosine of each pair of tokens, or its error (an unknown token); plain rows scored together."""
-    out: list[float | EmbeddingError] = []
+) -> list[float | Failed]:
+    """The cosine of each pair of tokens, or its error (an unknown token: its :class:`Failed`); plain rows scored
+    together."""
+    out: list[float | Failed] = []
     rows: list[tuple[int, int, int]] = []  # (position, row a, row b) of the pairs of rows, scored at once
     for position, (a, b) in enumerate(pairs):
         try:
@@ -490,7 +490,7 @@ def similarities(
             else:
                 out.append(similarity(table, a, b, compose)[0])
         except EmbeddingError as exc:
-            out.append(exc)
+            out.append(Failed(exc))
     if rows:
         positions, left, right = (list(column) for column in zip(*rows, strict=True))
         for position, value in zip(positions, table.similarities(left, right).tolist(), strict=True):
@@ -529,10 +529,10 @@ def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | N
         return _Item(query, "vector", probe(table, query))
     mode, text, vector_input = query.mode, query.text, query.vector_input
     if text is None and not vector_input:
-        raise InvalidQuery("a query needs an input: a token, id, vector, positive/negative examples or text")
+        raise InvalidQuery(NO_INPUT)
     if query.problem is not None:  # the mode rules, read where the query was made
         raise InvalidQuery(query.problem)
-    if mode != "vector" and table.keyword is None:
+    if mode != "vector" and table.keyword is None:  # what the table says, not the query
         raise InvalidQuery(
             f"mode {mode}: table {table.name!r} has no keyword index (its documents have no text); search it by vector"
         )

@@ -26,10 +26,8 @@ from index.engine.filters import RowSet
 from index.engine.fusion import RRF_K, mmr, rrf
 from index.engine.knn import Neighbor
 from index.engine.table import SearchOptions, VectorSearch
-from index.errors import InvalidQuery
 
 Mode = Literal["vector", "keyword", "hybrid"]
-MODES: tuple[Mode, ...] = ("vector", "keyword", "hybrid")
 LISTS = ("vector", "keyword")  # the lists a hybrid search fuses, in this order
 DEPTH = 100  # candidates each list gives a hybrid search, at least
 DIVERSE = 4  # candidates per hit a diverse search re-ranks
@@ -65,8 +63,11 @@ class Hit:
 
 @dataclass(slots=True, eq=False)
 class DocumentSearch:
-    """The ``k`` best documents for each query: ``queries`` (m x dim unit vectors, vector and hybrid modes) and
-    ``texts`` (m query texts, keyword and hybrid modes), ``exclude[i]`` left out of both lists."""
+    """The ``k`` best documents for each query: ``queries`` (m x dim unit vectors, vector and hybrid modes, and
+    with a ``diversity``) and ``texts`` (m query texts, keyword and hybrid modes), ``exclude[i]`` left out of both
+    lists. Made by ``index.engine.door`` from queries that passed the mode rules (``index.engine.query``) and the
+    table's check of its keyword index, so it holds what its mode needs, ``k`` from 1, ``offset`` from 0 and
+    ``diversity`` within 0..1: :func:`run` checks none of it again."""
 
     mode: Mode
     k: int
@@ -97,7 +98,6 @@ def depths(search: DocumentSearch, rows: int) -> tuple[int, int]:
 
 def run(table: Source, search: DocumentSearch) -> list[list[Hit]]:
     """Answer ``search`` on ``table``: per query, its hits best first."""
-    _check(table, search)
     m = len(search)
     per_list, pool = depths(search, table.rows)
     vector = _vector_lists(table, search, per_list) if search.mode != "keyword" else None
@@ -115,30 +115,10 @@ def run(table: Source, search: DocumentSearch) -> list[list[Hit]]:
             fused = rrf([vector[q][0], keyword[q][0]], k=search.rrf_k, weights=search.weights, limit=pool)
             ids, scores, ranks = fused.ids, fused.scores, fused.ranks
         order = reaching(scores[:pool], search.min_score)
-        if search.diversity > 0 and search.queries is not None:
+        if search.diversity > 0:
             order = order[_diverse(table, search, q, ids[order], scores[order])]
         answers.append(_page(search, ids, scores, ranks, order))
     return answers
-
-
-def _check(table: Source, search: DocumentSearch) -> None:
-    if search.mode not in MODES:
-        raise InvalidQuery(f"unknown search mode {search.mode!r}: use vector, keyword or hybrid")
-    if search.k < 1 or search.offset < 0:
-        raise InvalidQuery("k must be at least 1 and offset at least 0")
-    if search.mode != "keyword" and search.queries is None:
-        raise InvalidQuery(f"mode {search.mode} needs a query vector")
-    if search.mode != "vector":
-        if search.texts is None:
-            raise InvalidQuery(f"mode {search.mode} needs a query text")
-        if table.keyword is None:
-            raise InvalidQuery(
-                f"table {table.name!r} has no keyword index (its documents have no text): search it by vector"
-            )
-    if not 0.0 <= search.diversity <= 1.0:
-        raise InvalidQuery(f"diversity must be between 0 and 1, not {search.diversity}")
-    if search.diversity > 0 and search.queries is None:
-        raise InvalidQuery("diversity needs a query vector: it is for modes vector and hybrid, not keyword")
 
 
 def _vector_lists(table: Source, search: DocumentSearch, depth: int) -> list[tuple[np.ndarray, np.ndarray]]:

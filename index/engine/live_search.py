@@ -52,9 +52,6 @@ if TYPE_CHECKING:
 else:
     from index.lazy import pa
 
-_LENGTHS_LOCK = threading.Lock()
-
-
 Pair = tuple[int, int]  # (the version's, the live documents')
 
 
@@ -92,23 +89,21 @@ class Statistics:
 
 def version_lengths(table: Table, index: KeywordIndex) -> np.ndarray:
     """Each version row's word count as the keyword index cut it: the index's own (``KeywordIndex.lengths``), else
-    (a table built before they were kept) the version's text cut once, kept on the index."""
+    (a table built before they were kept) the version's text cut once per loaded table (``Table.cached``)."""
     if index.lengths is not None:
         return index.lengths
-    cached: np.ndarray | None = getattr(index, "_live_lengths", None)
-    if cached is not None:
-        return cached
-    with _LENGTHS_LOCK:
-        cached = getattr(index, "_live_lengths", None)
-        if cached is None:
-            assert table.payload is not None
-            texts = contiguous(table.payload.column(index.info["field"]))
-            cached = np.zeros(len(texts), dtype=np.int64)
-            for start, stop in text_blocks(texts):
-                tokens = index.tokenizer(texts.slice(start, stop - start))
-                cached[start:stop] = np.bincount(tokens.rows, minlength=stop - start)
-            index._live_lengths = cached  # type: ignore[attr-defined]
-    return cached
+    return table.cached("version_lengths", lambda: _cut_lengths(table, index))
+
+
+def _cut_lengths(table: Table, index: KeywordIndex) -> np.ndarray:
+    """Each version row's word count, its text cut block by block by the index's tokenizer."""
+    assert table.payload is not None
+    texts = contiguous(table.payload.column(index.info["field"]))
+    lengths = np.zeros(len(texts), dtype=np.int64)
+    for start, stop in text_blocks(texts):
+        tokens = index.tokenizer(texts.slice(start, stop - start))
+        lengths[start:stop] = np.bincount(tokens.rows, minlength=stop - start)
+    return lengths
 
 
 @functools.lru_cache(maxsize=TEXTS_KEPT)

@@ -10,14 +10,16 @@ answer: ``k`` hits from ``offset`` at or above ``min_score``, among the rows a `
 The mode rules (:func:`check_mode`) live here once and are read once, by each query made (:attr:`Query.problem`):
 the request schema that makes a single query refuses its problem as the request's, and the door answers a batch
 item's as that item's error. A request's own options are checked against its mode here too (:func:`check_fusion`,
-:func:`check_options`).
+:func:`check_options`). The door adds what a query cannot know, the table's keyword index, and refuses text beside
+a vector input in mode vector as the search's own error, after the request's checks; ``index.engine.hybrid`` checks
+none of them again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 
@@ -27,7 +29,6 @@ from index.engine.knn import Neighbor
 from index.engine.table import Method, SearchOptions
 from index.errors import EmbeddingError
 
-T = TypeVar("T")
 DEFAULT_OPTIONS = SearchOptions()
 
 
@@ -133,14 +134,6 @@ class Failed:
 
 
 Answer = Result | Failed
-
-
-def attempt(make: Callable[[], T]) -> T | Failed:
-    """``make()``, or the :class:`Failed` of the query error it raised: one item's work in a batch."""
-    try:
-        return make()
-    except EmbeddingError as exc:
-        return Failed(exc)
 
 
 def check_options(mode: str, min_score: float | None, diversity: float | None) -> None:

@@ -64,7 +64,7 @@ from index.engine.knn import (
     unit_queries,
 )
 from index.engine.lookup import Lookup, Resolved
-from index.errors import ArtifactError, InvalidQuery
+from index.errors import ArtifactError, InvalidQuery, not_documents
 from index.store import artifact, shardmap
 from index.store.metadata import load_metadata
 from index.store.payload import Payload
@@ -370,7 +370,7 @@ class Table:
     def documents(self, use: str) -> Payload:
         """The payload of a documents table; for any other table an InvalidQuery that names ``use``."""
         if self.payload is None:
-            raise InvalidQuery(f"table {self.name!r} holds {self.kind}, not documents: {use}")
+            raise not_documents(self.name, self.kind, use)
         return self.payload
 
     def cached(self, name: str, make: Callable[[], T]) -> T:
@@ -468,14 +468,13 @@ class Table:
     def filter(self, spec: Any) -> RowSet:
         """The rows passing the filter ``spec`` (``index.engine.filters``) of a documents table; the last
         :data:`FILTER_CACHE` filters asked are remembered, within :data:`FILTER_CACHE_BYTES`."""
-        if self.payload is None:
-            raise InvalidQuery(f"table {self.name!r} has no payload fields to filter on: it is not a documents table")
+        payload = self.documents("it has no payload fields to filter on")
         key = json.dumps(spec, sort_keys=True, separators=(",", ":"))
         with self._filters_lock:
             if (cached := self._filters.get(key)) is not None:
                 self._filters.move_to_end(key)
                 return cached
-        rows = evaluate(self.payload, spec)
+        rows = evaluate(payload, spec)
         with self._filters_lock:
             self._filters[key] = rows
             held = sum(kept.nbytes for kept in self._filters.values())

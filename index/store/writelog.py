@@ -96,8 +96,10 @@ def log_path(data_dir: Path, name: str) -> Path:
 
 
 # How long a compaction waits for another of the same table to let its lock go, by default (``compact --wait``, and
-# the server's background compaction): a large table's compaction takes minutes on a busy machine.
+# the server's background compaction): a large table's compaction takes minutes on a busy machine. At most a day: a
+# wait said in seconds (an infinite one cannot be said, nor counted down).
 COMPACTION_WAIT_SECONDS = 600.0
+MAX_COMPACTION_WAIT_SECONDS = 86400.0
 
 
 def compaction_lock(data_dir: Path, name: str) -> Path:

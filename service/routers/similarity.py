@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from index.engine import door
-from index.engine.door import EmbeddingError
+from index.engine.door import Failed
 from service.deps import TableDep, TableName, table_named
 from service.errors import BODY_ERRORS, TABLE_ERRORS, item_error, responses
 from service.execute import compute
@@ -44,8 +44,8 @@ async def similarity_get(request: Request, table: TableName) -> Response:
 async def similarity_post(request: Request, table: TableDep, body: SimilarityRequest) -> Response:
     def run() -> dict[str, Any]:
         answers = door.similarities(table, body.pairs, body.compose)
-        values = [None if isinstance(a, EmbeddingError) else a for a in answers]
-        errors = [item_error(a)["error"] if isinstance(a, EmbeddingError) else None for a in answers]
+        values = [None if isinstance(a, Failed) else a for a in answers]
+        errors = [item_error(a.error)["error"] if isinstance(a, Failed) else None for a in answers]
         return {"similarities": values, "errors": errors}
 
     return FastJSON(await compute(request, table, "similarity_batch", run))

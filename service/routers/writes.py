@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from index.engine.door import ShardedTable, Table
+from index.errors import WRITES_ONLY
 from service import live, writes
 from service.deps import RegistryDep, SettingsDep, TableDep
 from service.errors import BODY_ERRORS, ApiError, responses
@@ -58,7 +59,7 @@ def write_routes(routes: Iterable[BaseRoute]) -> list[APIRoute]:
 
 
 def _live(table: Table) -> live.Live:
-    table.documents(writes.WRITES_ONLY)
+    table.documents(WRITES_ONLY)
     state = live.live_of(table)
     if state is None:
         raise ApiError("not_ready", f"table {table.name!r} is not ready for writes", table=table.name)
@@ -66,7 +67,7 @@ def _live(table: Table) -> live.Live:
 
 
 def _sharded(table: Table) -> live.Sharded | None:
-    table.documents(writes.WRITES_ONLY)
+    table.documents(WRITES_ONLY)
     return live.sharded_of(table) if isinstance(table, ShardedTable) else None
 
 

@@ -125,10 +125,12 @@ NO_FUSION = {"anyOf": [absent("rrf_k", "weights"), HYBRID_ITEM]}  # the fusion's
 OTHER_MODE = {"required": ["mode"], "properties": {"mode": {"enum": ["vector", "keyword"]}}}
 HYBRID_OR_NO_BATCH = {"properties": {"queries": {"contains": {"not": OTHER_MODE}}}}  # an item of the batch's mode
 COSINE_FLOOR = {"properties": {"min_score": {"minimum": -1, "maximum": 1}}}
-# What each mode asks of a request (beside its form): a vector search's score floor is a cosine; keyword search
-# takes text alone and no diversity; hybrid search text (and a vector query, or the table's encoder embeds the
-# text), and it alone rrf_k and weights; a batch's items carry their own, and its score floor is its items' (each
-# of the mode it is searched in: a BM25 floor for items of mode keyword).
+# What each mode asks of a request (beside its form), described for the OpenAPI document only: the rules are the
+# engine query's (index.engine.query: check_mode, check_options, check_fusion), read where the queries are made, and
+# nothing here checks a body. A vector search's score floor is a cosine; keyword search takes text alone and no
+# diversity; hybrid search text (and a vector query, or the table's encoder embeds the text), and it alone rrf_k
+# and weights; a batch's items carry their own, and its score floor is its items' (each of the mode it is searched
+# in: a BM25 floor for items of mode keyword).
 MODE_FORMS = (
     {
         "properties": {"mode": {"const": "vector"}},

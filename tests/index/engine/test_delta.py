@@ -262,6 +262,7 @@ def test_a_table_without_kept_lengths_searches_beside_writes_as_one_with_them(
     assert kept.keyword is not None and kept.keyword.lengths is not None
     assert old.keyword is not None and old.keyword.lengths is None
     np.testing.assert_array_equal(version_lengths(old, old.keyword), kept.keyword.lengths)
+    assert version_lengths(old, old.keyword) is version_lengths(old, old.keyword)  # cut once per loaded table
     texts = lee_docs.texts
     written = [{"id": f"n{i}", "text": texts[r], "vector": lee_docs.vectors[r].tolist()} for i, r in enumerate((3, 40))]
     records = [upsert(1, written[0]), upsert(2, written[1]), Record(3, 0, 0, {"op": "delete", "ids": ["lee-077"]})]

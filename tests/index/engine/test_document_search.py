@@ -204,7 +204,7 @@ def test_a_filter_nothing_passes(lee_table: Table) -> None:
 
 
 def test_filters_on_a_table_without_fields_are_refused(small: Table) -> None:
-    with pytest.raises(InvalidQuery, match="not a documents table"):
+    with pytest.raises(InvalidQuery, match="'small' holds words, not documents: it has no payload fields to filter on"):
         small.filter({"lang": "en"})
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from tests import REPO
 
-# A float agrees with the one shown to the digits shown, or to this share of its size: a score or a layout is made
-# of float32 sums, which another CPU's vector kernels add in their own order, so its last digits are the machine's.
+# A float agrees with the one shown to the digits shown, or to this share of its size (of 1 for a value under 1): a
+# score or a layout is made of float32 sums, which another CPU's vector kernels add in their own order, so its last
+# digits are the machine's; a cosine near 0 is a sum of terms up to 1 in size, rounded at their scale, not its own.
 FLOAT_SHARE = 1e-6
 
 
@@ -51,4 +52,4 @@ def same_float(shown: float, real: float) -> bool:
     """Whether ``real`` is the float ``shown`` (see :data:`FLOAT_SHARE`)."""
     text = repr(float(shown))
     digits = len(text.split(".")[1]) if "e" not in text else 17
-    return abs(real - shown) <= max(0.5 * 10**-digits + 1e-15, FLOAT_SHARE * abs(shown))
+    return abs(real - shown) <= max(0.5 * 10**-digits + 1e-15, FLOAT_SHARE * max(abs(shown), 1.0))

@@ -173,12 +173,11 @@ def exact_knn_rows(queries: np.ndarray, base: np.ndarray, k: int, rows: np.ndarr
 
 
 def top_k(scores: np.ndarray, k: int, exclude: Collection[int] = ()) -> list[Neighbor]:
-    """The ``k`` best (id, score) pairs of a full score vector, best first, ``exclude`` left out."""
-    want = min(len(scores), k + len(exclude))
-    best = np.argpartition(-scores, want - 1)[:want] if want < len(scores) else np.arange(len(scores))
-    best = best[np.argsort(-scores[best], kind="stable")]
-    out = [(int(i), float(scores[i])) for i in best if int(i) not in exclude and np.isfinite(scores[i])]
-    return out[:k]
+    """The ``k`` best (id, score) pairs of a full score vector, best first, equal scores by id (as
+    :func:`best_of` keeps them: argpartition's order of equal values is the processor's), ``exclude`` left out."""
+    top, best = best_of(scores[None, :], min(len(scores), k + len(exclude)))
+    hits = zip(best[0].tolist(), top[0].tolist(), strict=True)
+    return [(i, s) for i, s in hits if i not in exclude and np.isfinite(s)][:k]
 
 
 # ---------------------------------------------------------------------------------------------- FAISS

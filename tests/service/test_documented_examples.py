@@ -13,8 +13,8 @@ Each example is the command after ``$`` in a ``console`` block and the lines up 
 in bash with the docs' address replaced by the server's; an example naming any other table (the other documents
 tables, the diagnostics' ``glove-6b-50d-flat`` and ``small``, ...) is documented against other data and left out, as
 are those in :data:`UNCHECKED` (:data:`LEE_UNCHECKED` on the Lee table). An output line that is JSON is compared
-parsed, each float to the digits shown (or to a millionth of its size), the fields of :data:`VOLATILE` left out
-(and the floats of :data:`LAYOUTS`); any other line as text.
+parsed, each float to the digits shown (or to a millionth of its size, of 1 under 1), the fields of
+:data:`VOLATILE` left out (and the floats of :data:`LAYOUTS`); any other line as text.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from index.engine.knn import (
     search_width,
     searched_index,
     set_search_params,
+    top_k,
     unit_queries,
     unit_vector,
     within_float32,
@@ -58,6 +59,17 @@ def test_equal_scores_go_by_row_also_at_the_kth_place() -> None:
     assert ids.tolist() == [[1, 3, 0, 2]] and np.allclose(top, [[0.9, 0.9, 0.5, 0.5]])
     _, every = best_of(scores, 6)
     assert every.tolist() == [[1, 3, 0, 2, 5, 4]]
+
+
+def test_a_score_vector_s_best_go_by_id_among_equal_scores() -> None:
+    """``top_k`` (the plain 3CosMul's) orders equal scores by id and keeps the lowest ids at the k-th place: not in
+    argpartition's order, which another processor's sorting kernels (AVX-512, AVX2 or none) give otherwise."""
+    scores = np.random.default_rng(1).integers(0, 50, 100_000).astype(np.float32)  # about 2,000 rows per score
+    scores[77] = -np.inf
+    for k, exclude in ((10, ()), (300, (22_041, 3)), (100_000, ())):
+        got = top_k(scores, k, exclude)
+        ranked = sorted((-s, i) for i, s in enumerate(scores.tolist()) if i not in exclude and s > -np.inf)
+        assert got == [(i, -s) for s, i in ranked[: min(k, len(ranked))]], k
 
 
 def test_one_vector_is_made_a_unit_query_as_a_batch_row_is() -> None:

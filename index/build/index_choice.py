@@ -627,7 +627,8 @@ def build_and_measure(
     tunable = (param == "efSearch" and spec.ef_search is None) or (param == "nprobe" and spec.nprobe is None)
     rerank = spec.rerank if spec.compressed else 1
     if tunable:  # to auto's target, or the --min-recall above it (so auto's graph is not given up short of it)
-        recall = _tune(index, spec, probe, max(min_recall, spec.target_recall or AUTO_TARGET_RECALL))
+        with Progress(f"tuning {search_param(index)}", None):  # a line per step; the clock says a long one
+            recall = _tune(index, spec, probe, max(min_recall, spec.target_recall or AUTO_TARGET_RECALL))
     else:
         set_search_params(index, ef_search=spec.ef_search, nprobe=spec.nprobe)
         recall = probe.recall(index, rerank)

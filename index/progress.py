@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     import logging
 
-INTERVAL = 5.0  # seconds between two lines when stderr is not a terminal
-IDLE_TICK = 1.0  # how often a step's thread looks when every step forward is said (interval 0)
+INTERVAL = 5.0  # seconds between two lines when stderr is not a terminal (0: a line at each step forward, no clock)
 _WRITING = threading.Lock()  # one line at a time on the stream, whichever thread writes it
 
 
@@ -150,7 +149,7 @@ class Progress:
         self._status({"state": "running"})
         self._ended = threading.Event()
         self._clock: threading.Thread | None = None
-        if self.lines or CONFIG.status_file is not None:
+        if (self.lines or CONFIG.status_file is not None) and CONFIG.interval > 0:  # interval 0: each step forward
             self._clock = threading.Thread(target=self._tick, name=f"progress: {step}", daemon=True)
             self._clock.start()
 
@@ -181,8 +180,7 @@ class Progress:
     def _tick(self) -> None:
         """The step's clock: where it is, every interval, whether or not the work moved meanwhile."""
         while True:
-            due = self.last + CONFIG.interval - time.monotonic() if CONFIG.interval else IDLE_TICK
-            if self._ended.wait(max(0.0, due)):
+            if self._ended.wait(max(0.0, self.last + CONFIG.interval - time.monotonic())):
                 return
             self._say_if_due()
 

@@ -4,10 +4,10 @@ On a terminal (stderr is a TTY) each step is a tqdm bar. Elsewhere (make, Docker
 background index build) a step prints ``embedding-index: STEP: 45% (180,000 of 400,000 rows), 1m12s left`` every
 ``INTERVAL`` seconds, and once when it ends. The lines are on a clock, not on the work: a thread of the step says
 where it is every ``INTERVAL`` seconds whether or not the work moved meanwhile (an HNSW graph's block of rows, a
-FAISS k-means, a fit that reports nothing), and refreshes a bar's elapsed time. A step of unknown length
-(``total=None``) says how long it has run (``STEP: 25s so far``). ``configure(quiet=True)`` (``--quiet``) turns
-both off. A step given a ``log`` (the server's own long computations) writes its lines there instead, and only
-once it has lasted ``INTERVAL`` seconds: a short one says nothing.
+FAISS k-means, a fit that reports nothing), and redraws a bar every ``BAR_SECONDS`` (its elapsed time moves). A
+step of unknown length (``total=None``) says how long it has run (``STEP: 25s so far``). ``configure(quiet=True)``
+(``--quiet``) turns both off. A step given a ``log`` (the server's own long computations) writes its lines there
+instead, and only once it has lasted ``INTERVAL`` seconds: a short one says nothing.
 ``configure(status_file=...)`` also keeps the latest state of the running step in a small JSON file, which
 ``embedding-serve`` reads to say what it is building, how far it is and what it has cost so far (its nice level,
 elapsed and CPU seconds, and what :func:`record` adds, such as the estimated build time).
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import logging
 
 INTERVAL = 5.0  # seconds between two lines when stderr is not a terminal (0: a line at each step forward, no clock)
+BAR_SECONDS = 1.0  # how often a bar is redrawn while its count does not move (its elapsed time, its rate)
 _WRITING = threading.Lock()  # one line at a time on the stream, whichever thread writes it
 
 
@@ -180,14 +181,17 @@ class Progress:
     def _tick(self) -> None:
         """The step's clock: where it is, every interval, whether or not the work moved meanwhile."""
         while True:
-            if self._ended.wait(max(0.0, self.last + CONFIG.interval - time.monotonic())):
+            if self._ended.wait(max(0.0, self.last + self._every() - time.monotonic())):
                 return
             self._say_if_due()
+
+    def _every(self) -> float:
+        return min(BAR_SECONDS, CONFIG.interval) if self._bar is not None else CONFIG.interval
 
     def _say_if_due(self) -> None:
         with self._saying:
             now = time.monotonic()
-            if now - self.last < CONFIG.interval or self._ended.is_set():
+            if now - self.last < self._every() or self._ended.is_set():
                 return
             self.last = now
             if self._bar is not None:

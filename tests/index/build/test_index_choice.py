@@ -550,6 +550,32 @@ def test_an_hnsw_block_is_said_while_faiss_adds_it() -> None:
     assert lines[-1].startswith("embedding-index: adding rows to the index: done (10,000 of 10,000 rows) in "), lines
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_bar_whose_count_does_not_move_is_redrawn_every_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal the bar was drawn only as work ended: between two HNSW blocks its elapsed time stood still.
+    The step's clock redraws it every ``BAR_SECONDS`` (here 0.05 s) while its count stays where it is."""
+    terminal = Terminal()
+    monkeypatch.setattr(progress, "BAR_SECONDS", 0.05)
+    progress.CONFIG.stream = terminal
+    try:
+        progress.configure(quiet=False, interval=progress.INTERVAL)
+        with progress.Progress("adding rows to the index", 400_000) as step:
+            step.advance(10_000)
+            drawn = terminal.getvalue().count("\r")
+            deadline = time.monotonic() + LINE_WAIT
+            while terminal.getvalue().count("\r") < drawn + 3:  # three redraws, the count unchanged
+                assert time.monotonic() < deadline, f"a bar not redrawn for {LINE_WAIT}s: {terminal.getvalue()!r}"
+                time.sleep(0.01)
+            assert step.done == 10_000
+    finally:
+        progress.CONFIG.stream = None
+    assert "10000/400000" in terminal.getvalue().replace(",", "")
+
+
 def test_a_quiet_step_says_nothing_and_runs_no_clock() -> None:
     stream = io.StringIO()
     progress.CONFIG.stream = stream

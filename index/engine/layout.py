@@ -248,12 +248,18 @@ def umap_layout(
     metric: str = "cosine",
 ) -> Layout:
     """umap-learn of ``rows``: spectral initialisation, seeded (which makes umap-learn run on one thread)."""
+    require("umap")  # looked up: its import (seconds) is part of the step shown
+    if not 2 <= n_neighbors < len(rows):
+        raise InvalidQuery(f"UMAP with n_neighbors {n_neighbors} needs more than {n_neighbors} rows")
+    with Progress(f"UMAP of {len(rows):,} rows", None, log=log):  # umap-learn (its import too) reports nothing
+        return _umap_layout(rows, n_neighbors, min_dist, seed, n_epochs, metric)
+
+
+def _umap_layout(rows: np.ndarray, n_neighbors: int, min_dist: float, seed: int, n_epochs: int, metric: str) -> Layout:
     try:
         import umap
     except ImportError:
         raise missing_package("umap") from None
-    if not 2 <= n_neighbors < len(rows):
-        raise InvalidQuery(f"UMAP with n_neighbors {n_neighbors} needs more than {n_neighbors} rows")
     started = time.perf_counter()
     data = np.asarray(rows, dtype=np.float32)
 
@@ -272,7 +278,7 @@ def umap_layout(
             warnings.filterwarnings("ignore", "A large number of your vertices were disconnected", UserWarning)
             return np.asarray(reducer.fit_transform(data), dtype=np.float32)
 
-    with _UMAP_LOCK, Progress(f"UMAP of {len(data):,} rows", None, log=log):  # umap-learn reports nothing
+    with _UMAP_LOCK:
         umap_cache.enable()  # a process's first layout loads umap-learn's compiled code where numba cached it
         try:
             points = fit()

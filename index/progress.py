@@ -176,19 +176,21 @@ class Progress:
         self.done += n
         if self._bar is not None:
             self._bar.update(n)
-        self._say_if_due()
+        self._say_if_due(clock=False)
 
     def _tick(self) -> None:
         """The step's clock: where it is, every interval, whether or not the work moved meanwhile."""
         while True:
             if self._ended.wait(max(0.0, self.last + self._every() - time.monotonic())):
                 return
-            self._say_if_due()
+            self._say_if_due(clock=True)
 
     def _every(self) -> float:
         return min(BAR_SECONDS, CONFIG.interval) if self._bar is not None else CONFIG.interval
 
-    def _say_if_due(self) -> None:
+    def _say_if_due(self, clock: bool) -> None:
+        """A line (a bar's redraw, the status file) if one is due; a step forward to the whole total leaves it to the
+        closing line, the clock does not (the work it counted is fed, not done: a training's last jobs)."""
         with self._saying:
             now = time.monotonic()
             if now - self.last < self._every() or self._ended.is_set():
@@ -196,7 +198,7 @@ class Progress:
             self.last = now
             if self._bar is not None:
                 self._bar.refresh()  # its elapsed time moves even while its count does not
-            elif self.lines and (self.total is None or self.done < self.total):  # at the end: the closing line
+            elif self.lines and (clock or self.total is None or self.done < self.total):
                 self._line()
             self._status({"state": "running"})
 
@@ -227,7 +229,7 @@ class Progress:
             if final:
                 text = f"{self.step}: done ({amount}) in {duration(elapsed)}"
             else:
-                left = self.left()
+                left = self.left() if self.fraction() < 1 else None  # all counted, not all done: no time left said
                 eta = f", {duration(left)} left" if left is not None else f", {duration(elapsed)} so far"
                 text = f"{self.step}: {self.fraction():.0%} ({amount}){eta}"
         self.said = True

@@ -515,6 +515,9 @@ def test_a_step_whose_work_does_not_move_still_says_where_it_is(tmp_path: Path) 
             later = progress.read_status(status)
         with progress.Progress("training the index (IndexIVFPQ)", None):
             unknown = lines_until(stream, 2, "embedding-index: training the index (IndexIVFPQ): ")
+        with progress.Progress("training", 10, "words") as fed:  # all counted (fed to the workers), not all done
+            fed.advance(10)
+            finishing = lines_until(stream, 1, "embedding-index: training: 100% ")[0]
     finally:
         progress.CONFIG.stream = None
         progress.CONFIG.status_file = None
@@ -528,7 +531,9 @@ def test_a_step_whose_work_does_not_move_still_says_where_it_is(tmp_path: Path) 
     assert later["elapsed_seconds"] >= first["elapsed_seconds"]
     for line in unknown:
         assert re.fullmatch(r"embedding-index: training the index \(IndexIVFPQ\): \S+ so far", line), line
-    assert stream.getvalue().splitlines()[-1].startswith("embedding-index: training the index (IndexIVFPQ): done in ")
+    assert "embedding-index: training the index (IndexIVFPQ): done in " in stream.getvalue()
+    assert re.fullmatch(r"embedding-index: training: 100% \(10 of 10 words\), \S+ so far", finishing), finishing
+    assert stream.getvalue().splitlines()[-1].startswith("embedding-index: training: done (10 of 10 words) in ")
 
 
 def test_an_hnsw_block_is_said_while_faiss_adds_it() -> None:

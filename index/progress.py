@@ -1,8 +1,13 @@
-"""Progress of the builder's long steps: a bar on a terminal, a line every few seconds elsewhere.
+"""Progress of long steps: a bar on a terminal, a line every few seconds elsewhere.
 
 On a terminal (stderr is a TTY) each step is a tqdm bar. Elsewhere (make, Docker builds, CI logs, the server's
-background index build) a step prints ``embedding-index: STEP: 45% (180,000 of 400,000 rows), 1m12s left`` at
-most every ``INTERVAL`` seconds, and once when it ends. ``configure(quiet=True)`` (``--quiet``) turns both off.
+background index build) a step prints ``embedding-index: STEP: 45% (180,000 of 400,000 rows), 1m12s left`` every
+``INTERVAL`` seconds, and once when it ends. The lines are on a clock, not on the work: a thread of the step says
+where it is every ``INTERVAL`` seconds whether or not the work moved meanwhile (an HNSW graph's block of rows, a
+FAISS k-means, a fit that reports nothing), and redraws a bar every ``BAR_SECONDS`` (its elapsed time moves). A
+step of unknown length (``total=None``) says how long it has run (``STEP: 25s so far``). ``configure(quiet=True)``
+(``--quiet``) turns both off. A step given a ``log`` (the server's own long computations) writes its lines there
+instead, and only once it has lasted ``INTERVAL`` seconds: a short one says nothing.
 ``configure(status_file=...)`` also keeps the latest state of the running step in a small JSON file, which
 ``embedding-serve`` reads to say what it is building, how far it is and what it has cost so far (its nice level,
 elapsed and CPU seconds, and what :func:`record` adds, such as the estimated build time).
@@ -14,12 +19,18 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-INTERVAL = 5.0  # seconds between two lines when stderr is not a terminal
+if TYPE_CHECKING:
+    import logging
+
+INTERVAL = 5.0  # seconds between two lines when stderr is not a terminal (0: a line at each step forward, no clock)
+BAR_SECONDS = 1.0  # how often a bar is redrawn while its count does not move (its elapsed time, its rate)
+_WRITING = threading.Lock()  # one line at a time on the stream, whichever thread writes it
 
 
 class _Config:
@@ -55,7 +66,7 @@ def configure(
 def note(message: str) -> None:
     """One line about what the builder does next (silent with ``--quiet``); also the status file's step."""
     if not CONFIG.quiet:
-        print(f"embedding-index: {message}", file=CONFIG.stream or sys.stderr, flush=True)
+        say(message)
     if CONFIG.status_file is not None:
         step = {"state": "running", "step": message.removesuffix(" ..."), "done": 0.0}
         write_status(CONFIG.status_file, {**step, **cost()})
@@ -64,7 +75,15 @@ def note(message: str) -> None:
 def warn(message: str) -> None:
     """One line about something the user may want to look at (silent with ``--quiet``, which leaves only errors)."""
     if not CONFIG.quiet:
-        print(f"embedding-index: warning: {message}", file=CONFIG.stream or sys.stderr, flush=True)
+        say(f"warning: {message}")
+
+
+def say(text: str) -> None:
+    """``embedding-index: TEXT`` on stderr in one write, so that a step's thread never splits another's line."""
+    stream = CONFIG.stream or sys.stderr
+    with _WRITING:
+        stream.write(f"embedding-index: {text}\n")
+        stream.flush()
 
 
 def record(**facts: Any) -> None:
@@ -104,18 +123,24 @@ def duration(seconds: float) -> str:
 
 
 class Progress:
-    """One step of ``total`` units (rows, bytes, epochs): ``advance(n)`` as work gets done.
+    """One step of ``total`` units (rows, bytes, epochs): ``advance(n)`` as work gets done; ``total=None`` for a
+    step whose length is unknown (its lines say how long it has run).
 
-    Use as a context manager; the closing line (or the bar's last state) is written on exit.
+    Use as a context manager; the closing line (or the bar's last state) is written on exit. While it runs, a
+    thread says where it is every ``CONFIG.interval`` seconds (a line, the bar's refresh, the status file).
     """
 
-    def __init__(self, step: str, total: float, unit: str = "rows") -> None:
-        self.step, self.total, self.unit = step, max(float(total), 0.0), unit
+    def __init__(self, step: str, total: float | None, unit: str = "rows", log: logging.Logger | None = None) -> None:
+        self.step, self.unit, self.log = step, unit, log
+        self.total = None if total is None else max(float(total), 0.0)
         self.done = 0.0
         self.started = self.last = time.monotonic()
+        self.said = False  # a line was written before the closing one
+        self.lines = log is not None or not CONFIG.quiet  # --quiet is the builder's: a log's lines are the server's
+        self._saying = threading.Lock()
         stream = CONFIG.stream or sys.stderr
         self._bar: Any = None
-        if not CONFIG.quiet and stream.isatty():
+        if log is None and not CONFIG.quiet and stream.isatty():
             from tqdm import tqdm
 
             scale = unit == "bytes"
@@ -123,6 +148,11 @@ class Progress:
                 total=self.total, desc=step, unit="B" if scale else f" {unit}", unit_scale=scale, file=stream
             )
         self._status({"state": "running"})
+        self._ended = threading.Event()
+        self._clock: threading.Thread | None = None
+        if (self.lines or CONFIG.status_file is not None) and CONFIG.interval > 0:  # interval 0: each step forward
+            self._clock = threading.Thread(target=self._tick, name=f"progress: {step}", daemon=True)
+            self._clock.start()
 
     def __enter__(self) -> Progress:
         return self
@@ -130,31 +160,55 @@ class Progress:
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None
     ) -> None:
+        self._ended.set()
+        if self._clock is not None:
+            self._clock.join()
         if kind is None:
-            self.done = max(self.done, self.total)
+            self.done = max(self.done, self.total or 0.0)
         if self._bar is not None:
-            if kind is None:
+            if kind is None and self.total is not None:
                 self._bar.update(self.total - self._bar.n)
             self._bar.close()
-        elif not CONFIG.quiet and kind is None:
+        elif self.lines and kind is None and (self.log is None or self.said):
             self._line(final=True)
 
     def advance(self, n: float = 1) -> None:
         self.done += n
         if self._bar is not None:
             self._bar.update(n)
-        now = time.monotonic()
-        if now - self.last >= CONFIG.interval:
+        self._say_if_due(clock=False)
+
+    def _tick(self) -> None:
+        """The step's clock: where it is, every interval, whether or not the work moved meanwhile."""
+        while True:
+            if self._ended.wait(max(0.0, self.last + self._every() - time.monotonic())):
+                return
+            self._say_if_due(clock=True)
+
+    def _every(self) -> float:
+        return min(BAR_SECONDS, CONFIG.interval) if self._bar is not None else CONFIG.interval
+
+    def _say_if_due(self, clock: bool) -> None:
+        """A line (a bar's redraw, the status file) if one is due; a step forward to the whole total leaves it to the
+        closing line, the clock does not (the work it counted is fed, not done: a training's last jobs)."""
+        with self._saying:
+            now = time.monotonic()
+            if now - self.last < self._every() or self._ended.is_set():
+                return
             self.last = now
-            if self._bar is None and not CONFIG.quiet and self.done < self.total:  # at the end: the closing line
+            if self._bar is not None:
+                self._bar.refresh()  # its elapsed time moves even while its count does not
+            elif self.lines and (clock or self.total is None or self.done < self.total):
                 self._line()
             self._status({"state": "running"})
 
     def fraction(self) -> float:
+        if self.total is None:
+            return 0.0
         return min(1.0, self.done / self.total) if self.total else 1.0
 
     def left(self) -> float | None:
-        """Seconds left at the rate so far, or None before any work is done."""
+        """Seconds left at the rate so far, or None before any work is done (or when the length is unknown)."""
         fraction = self.fraction()
         if fraction <= 0:
             return None
@@ -166,20 +220,26 @@ class Progress:
         return f"{value:,.0f}"
 
     def _line(self, final: bool = False) -> None:
-        stream = CONFIG.stream or sys.stderr
         elapsed = time.monotonic() - self.started
-        unit = "" if self.unit == "bytes" else self.unit.removesuffix("s") if self.total == 1 else self.unit
-        amount = f"{self._amount(self.done)} of {self._amount(self.total)} {unit}"
-        if final:
-            text = f"{self.step}: done ({amount.strip()}) in {duration(elapsed)}"
+        if self.total is None:
+            text = f"{self.step}: done in {duration(elapsed)}" if final else f"{self.step}: {duration(elapsed)} so far"
         else:
-            left = self.left()
-            eta = f", {duration(left)} left" if left is not None else ""
-            text = f"{self.step}: {self.fraction():.0%} ({amount.strip()}){eta}"
-        print(f"embedding-index: {text}", file=stream, flush=True)
+            unit = "" if self.unit == "bytes" else self.unit.removesuffix("s") if self.total == 1 else self.unit
+            amount = f"{self._amount(self.done)} of {self._amount(self.total)} {unit}".strip()
+            if final:
+                text = f"{self.step}: done ({amount}) in {duration(elapsed)}"
+            else:
+                left = self.left() if self.fraction() < 1 else None  # all counted, not all done: no time left said
+                eta = f", {duration(left)} left" if left is not None else f", {duration(elapsed)} so far"
+                text = f"{self.step}: {self.fraction():.0%} ({amount}){eta}"
+        self.said = True
+        if self.log is not None:
+            self.log.info("%s", text)
+        else:
+            say(text)
 
     def _status(self, extra: dict[str, Any]) -> None:
-        if CONFIG.status_file is None:
+        if CONFIG.status_file is None or self.log is not None:
             return
         left = self.left()
         write_status(

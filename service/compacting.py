@@ -7,10 +7,12 @@ CPU priority, one table at a time; writes go on meanwhile. A sharded table's wri
 (``.writes/<table>/shard-NNN.log``, each beyond its shard's version), counted together: the server whose data
 directory holds the table (and so those logs) compacts it, every shard at once, as the command does. Once the
 new version is published the server is sent SIGHUP and reloads it (``service.reload``), as after a deferred
-index build. A failed compaction is logged; the table keeps its version and its log, and is tried again after
-``EMBEDDING_COMPACT_SECONDS`` (a minute when that is off), twice as long after each failure in a row up to an hour
-(or that setting, when longer), until one succeeds, or until another version of the table is published (a
-compaction run by hand, an import, an index build), after which it is compacted as one that never failed. A table
+index build. The child's lines are logged as they come (its steps and their progress, every few seconds), as
+an index build's are (``service.logs.relay``). A failed compaction is logged; the table keeps its version and its
+log, and is tried again after ``EMBEDDING_COMPACT_SECONDS`` (a minute when that is off), twice as long after each
+failure in a row up to an hour (or that setting, when longer), until one succeeds, or until another version of
+the table is published (a compaction run by hand, an import, an index build), after which it is compacted as one
+that never failed. A table
 refused because every one of its documents is deleted is refused so until it is written to again (or a version is
 published): it is tried again after its next write only, and said as a warning.
 Each is counted in ``/metrics`` by table and outcome, with the time
@@ -36,7 +38,7 @@ from index.errors import EVERY_DOCUMENT_DELETED, WAIT_LONGER
 from index.store import artifact, writelog
 from service.http.metrics import count_compaction
 from service.indexing import END_SECONDS, end
-from service.logs import cannot_look, child_ended, said_once
+from service.logs import cannot_look, child_ended, relay, said_once
 
 log = logging.getLogger("service.compacting")
 CHILD_NICE = 10
@@ -256,11 +258,11 @@ class AutoCompaction:
         except OSError as exc:
             log.error("table %r: cannot start the compaction (%s); %s", name, exc, then)
             return Failed(at=time.monotonic(), wait=wait, version=self.version(name))
-        output = child.communicate()[0]
+        output = relay(child, log, name, self._stop.is_set)  # its progress in the log as it comes, then its summary
+        child.wait()
         # the wait counts from its end, as a lock's wait may be long
         failed = Failed(at=time.monotonic(), wait=wait, version=self.version(name))
         if child.returncode == 0:
-            log.info("table %r: %s", name, output.strip().splitlines()[-1])
             return None
         if self._stop.is_set():  # ended by :meth:`stop`: said as the server's index build says it
             log.info("table %r: compaction stopped with the server; it keeps its version and its log", name)

@@ -7,7 +7,8 @@ seconds and records the approximate index it still needs under ``index.deferred`
 process reloads), and runs ``embedding-index index NAME`` for each, one at a time, in a child process at a low
 CPU priority (requests come first). The child publishes the indexed table atomically; the server is then sent
 SIGHUP and reloads it (``service.reload``): exact answers until then, approximate ones after. The child keeps its
-progress in a status file per table, which ``/readyz`` and ``GET /v1/tables`` show as ``building``. A failed
+progress in a status file per table, which ``/readyz`` and ``GET /v1/tables`` show as ``building``, and its lines
+in the server's log as they come (``service.logs.relay``). A failed
 build is logged and the table keeps its exact search until it is published again. A server that stops ends its
 build (the next start builds it again); a Ctrl-C on its terminal is the server's alone (the child, ``--background``,
 ignores it), so the stop is said once, by the server.
@@ -31,7 +32,7 @@ from typing import Any
 from index.engine.door import Table
 from index.store import artifact
 from index.store.artifact import read_status, write_status
-from service.logs import cannot_look, child_ended, said_once
+from service.logs import cannot_look, child_ended, relay, said_once
 from service.settings import STATUS_VARIABLE
 from service.temp_dirs import INDEX_STATUS, locked_temp_dir
 
@@ -240,11 +241,7 @@ class IndexBuilds:
         except OSError as exc:
             return exc
         log.info("table %r: building its index in the background (exact search until it is ready)", name)
-        last = ""
-        for line in child.stdout or ():  # the builder's progress lines, every few seconds
-            last = line.rstrip()
-            if not self._stopping:  # then its last line is of the stop the server says
-                log.info("table %r: %s", name, last.removeprefix("embedding-index: "))
+        last = relay(child, log, name, lambda: self._stopping)
         if child.wait() != 0:
             if self._stopping:
                 log.info("table %r: index build stopped with the server; the next start builds it", name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -137,6 +138,18 @@ def said_once(log: logging.Logger, said: str | None, message: str) -> str:
 
 def cannot_look(exc: OSError) -> str:
     return f"cannot look at the data directory now ({exc}); looking again at every turn"
+
+
+def relay(child: subprocess.Popen[str], log: logging.Logger, name: str, stopping: Callable[[], bool]) -> str:
+    """Each line of a child process of the server (a background index build, a compaction; stderr joined to its
+    stdout) logged as table ``name``'s as it comes, its progress every few seconds among them, until the server
+    stops it; returns the last line, for :func:`child_ended`."""
+    last = ""
+    for line in child.stdout or ():
+        last = line.rstrip()
+        if not stopping():  # then its last line is of the stop the server says
+            log.info("table %r: %s", name, last.removeprefix("embedding-index: "))
+    return last
 
 
 def child_ended(code: int, output: str) -> str:

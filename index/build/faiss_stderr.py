@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from index.progress import warn
+from index.progress import CONFIG, warn
 
 FEW_POINTS = re.compile(
     rb"WARNING clustering (\d+) points to (\d+) centroids: please provide at least (\d+) training points\n"
@@ -23,7 +23,8 @@ _HELD = threading.Lock()  # file descriptor 2 is the whole process's: one captur
 @contextmanager
 def faiss_warnings() -> Iterator[None]:
     """Hold what is written on file descriptor 2 (FAISS prints from C++, past ``sys.stderr``) while the block runs,
-    then say it: the k-means warnings as :func:`~index.progress.warn` lines, the rest as it came."""
+    then say it: the k-means warnings as :func:`~index.progress.warn` lines, the rest as it came. The builder's own
+    lines meanwhile (the progress of a step begun inside the block) go to the real stderr as they come."""
     with _HELD, tempfile.TemporaryFile() as held:
         if sys.stderr is not None:  # what Python wrote before, out first
             sys.stderr.flush()
@@ -33,9 +34,13 @@ def faiss_warnings() -> Iterator[None]:
             yield
             return
         os.dup2(held.fileno(), 2)
+        own = open(saved, "w", closefd=False)  # noqa: SIM115  # the builder's own lines meanwhile, as they come
+        previous, CONFIG.stream = CONFIG.stream, CONFIG.stream or own
         try:
             yield
         finally:
+            CONFIG.stream = previous
+            own.close()
             os.dup2(saved, 2)
             os.close(saved)
             held.seek(0)

@@ -290,8 +290,8 @@ def _fill(index: faiss.Index, vectors: np.ndarray, spec: IndexSpec, seed: int) -
     """Train ``index`` when it needs it, then add ``vectors`` (a graph, from a spec or a factory string, in smaller
     blocks and on :func:`hnsw_add_threads`)."""
     if not index.is_trained:
-        started = time.perf_counter()
-        note(f"training the index ({type(index).__name__}) ...")
+        step = f"training the index ({type(index).__name__})"
+        note(f"{step} ...")
         train = np.ascontiguousarray(vectors)
         if spec.kind in ("ivf", "ivfpq"):  # k-means sees IVF_TRAIN_POINTS_PER_LIST rows per list (and PQ its
             # PQ_TRAIN_POINTS_PER_CODE rows per code), drawn here with the seed
@@ -303,9 +303,8 @@ def _fill(index: faiss.Index, vectors: np.ndarray, spec: IndexSpec, seed: int) -
             size = min(len(vectors), size)
             rows = np.sort(np.random.default_rng(seed).choice(len(vectors), size=size, replace=False))
             train = np.ascontiguousarray(vectors[rows])
-        with faiss_warnings():  # FAISS's own warnings, as the builder's lines
-            index.train(train)
-        note(f"trained in {duration(time.perf_counter() - started)}")
+        with faiss_warnings(), Progress(step, None):  # FAISS's own warnings, as the builder's lines
+            index.train(train)  # k-means reports nothing: the step's clock says how long it has run
     if isinstance(searched_index(index), faiss.IndexHNSW):
         _add(index, vectors, ADD_BLOCK_HNSW, hnsw_add_threads())
     else:
@@ -620,13 +619,16 @@ def build_and_measure(
     info = {"spec": spec.describe(), "faiss_description": type(index).__name__}
     if choice is not None:
         info["choice"] = choice
-    note(f"measuring recall: the exact top {RECALL_K} of {min(RECALL_SAMPLE, len(vectors)):,} sampled rows ...")
-    probe = RecallProbe.draw(vectors, seed)  # the exact answers, once: the tuning steps reuse them
+    step = f"measuring recall: the exact top {RECALL_K} of {min(RECALL_SAMPLE, len(vectors)):,} sampled rows"
+    note(f"{step} ...")
+    with Progress(step, None):  # one FAISS call: the step's clock says how long it has run
+        probe = RecallProbe.draw(vectors, seed)  # the exact answers, once: the tuning steps reuse them
     param = search_param(index)  # a factory string's HNSW or IVF is tuned as the spec's is
     tunable = (param == "efSearch" and spec.ef_search is None) or (param == "nprobe" and spec.nprobe is None)
     rerank = spec.rerank if spec.compressed else 1
     if tunable:  # to auto's target, or the --min-recall above it (so auto's graph is not given up short of it)
-        recall = _tune(index, spec, probe, max(min_recall, spec.target_recall or AUTO_TARGET_RECALL))
+        with Progress(f"tuning {search_param(index)}", None):  # a line per step; the clock says a long one
+            recall = _tune(index, spec, probe, max(min_recall, spec.target_recall or AUTO_TARGET_RECALL))
     else:
         set_search_params(index, ef_search=spec.ef_search, nprobe=spec.nprobe)
         recall = probe.recall(index, rerank)

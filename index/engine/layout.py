@@ -3,8 +3,9 @@
 - ``pca``: every row (unit length, as every cosine query sees it) on the table's first two principal components.
   The 2 x dim components come from the dim x dim covariance, accumulated block by block in float32 products and
   summed in float64, so a 400,000 x 50 table needs no full-size temporary; the points are one float32 product.
-  A table of ``SHOWN_PCA_VALUES`` values (rows x dim) or more has the covariance's progress logged (the server's
-  log, in its format), a line every few seconds as the builder's long steps print theirs, then one at the end.
+  A PCA that lasts a few seconds has the covariance's progress logged (the server's log, in its format), a line
+  every few seconds as the builder's long steps print theirs, then one at the end; so has a t-SNE (its iterations)
+  and a UMAP (how long it has run): :class:`index.progress.Progress` with the module's logger.
 - ``tsne``: openTSNE (when installed) on the ``rows`` most frequent rows (the first rows of a frequency-ordered
   table), seeded, cosine metric, PCA initialisation; its parameters are recorded with the layout.
 
@@ -41,10 +42,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from index import progress
 from index.engine import umap_cache
 from index.engine.table import Table
 from index.errors import Abandoned, InvalidQuery, UnknownToken
+from index.progress import Progress
 from index.store import artifact
 from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL
 
@@ -53,10 +54,10 @@ Remembered = TypeVar("Remembered", "Layout", bytes)
 
 LAYOUT_VERSION = 1  # bump when a method's output changes: older cache files are then never read
 BLOCK_BYTES = 32 << 20  # covariance accumulated over blocks of about this size
-SHOWN_PCA_VALUES = 50_000_000  # rows x dim from which a PCA takes a second or more: its progress is shown
 TSNE_DEFAULTS: dict[str, Any] = {"perplexity": 30.0, "n_iter": 500, "seed": 42, "metric": "cosine"}
 PROJECTION_SEED = 42  # the default seed of a t-SNE or UMAP projection of chosen rows
-STOP_EVERY_ITERS = 25  # how often a t-SNE layout asks whether it is still wanted
+STOP_EVERY_ITERS = 25  # how often a t-SNE layout asks whether it is still wanted (and counts its progress)
+TSNE_EARLY_ITERS = 250  # openTSNE's iterations of early exaggeration, before the n_iter ones
 UMAP_DEFAULTS: dict[str, Any] = {"n_neighbors": 15, "min_dist": 0.1, "n_epochs": 500, "metric": "cosine"}
 SAME_DIRECTION = 1e-6  # unit rows no further apart than this in any coordinate point the same way
 MIN_NONLINEAR_ROWS = 4  # t-SNE of fewer rows is degenerate; UMAP's spectral initialisation needs four
@@ -103,17 +104,11 @@ def pca_components(rows: np.ndarray, n: int = 2) -> tuple[np.ndarray, np.ndarray
     mean = total / count
     mean32 = mean.astype(np.float32)
     cov = np.zeros((dim, dim), dtype=np.float64)
-    shown = count * dim >= SHOWN_PCA_VALUES
-    started = said = time.monotonic()
-    for start in range(0, count, step):  # the covariance is nearly all of the time
-        block = np.asarray(rows[start : start + step], dtype=np.float32) - mean32
-        cov += block.T @ block
-        done = start + len(block)
-        if shown and done < count and time.monotonic() - said >= progress.CONFIG.interval:
-            said = time.monotonic()
-            log.info("PCA of %s rows: %.0f%% (%s rows) ...", f"{count:,}", 100 * done / count, f"{done:,}")
-    if shown:
-        log.info("PCA of %s rows: done in %.1fs", f"{count:,}", time.monotonic() - started)
+    with Progress(f"PCA of {count:,} rows", count, log=log) as shown:  # the covariance is nearly all of the time
+        for start in range(0, count, step):
+            block = np.asarray(rows[start : start + step], dtype=np.float32) - mean32
+            cov += block.T @ block
+            shown.advance(len(block))
     cov /= count
     values, vectors = np.linalg.eigh(cov)
     order = np.argsort(values)[::-1]
@@ -206,20 +201,27 @@ def tsne_layout(
             f"all {len(data):,} rows point the same way: t-SNE by cosine cannot spread rows with no distance between "
             "them (pca can)"
         )
-    tsne = TSNE(
-        n_components=2,
-        perplexity=perplexity,
-        metric=metric,
-        initialization="pca",
-        n_iter=n_iter,
-        random_state=seed,
-        n_jobs=1,
-        neighbors="annoy" if len(data) > 1000 else "exact",
-        verbose=False,
-        callbacks=None if stop is None else (lambda *_: stop()),
-        callbacks_every_iters=STOP_EVERY_ITERS,
-    )
-    points = np.asarray(tsne.fit(data), dtype=np.float32)  # a stop cuts each phase short (openTSNE logs it)
+    with Progress(f"t-SNE of {len(data):,} rows", TSNE_EARLY_ITERS + n_iter, "iterations", log=log) as shown:
+
+        def callback(*_: object) -> bool:
+            shown.advance(STOP_EVERY_ITERS)
+            return stop is not None and stop()
+
+        tsne = TSNE(
+            n_components=2,
+            perplexity=perplexity,
+            metric=metric,
+            initialization="pca",
+            n_iter=n_iter,
+            early_exaggeration_iter=TSNE_EARLY_ITERS,
+            random_state=seed,
+            n_jobs=1,
+            neighbors="annoy" if len(data) > 1000 else "exact",
+            verbose=False,
+            callbacks=callback,
+            callbacks_every_iters=STOP_EVERY_ITERS,
+        )
+        points = np.asarray(tsne.fit(data), dtype=np.float32)  # a stop cuts each phase short (openTSNE logs it)
     if stop is not None and stop():
         raise Abandoned("the t-SNE layout was abandoned: no one waits for it")
     import openTSNE
@@ -230,7 +232,7 @@ def tsne_layout(
         "seed": seed,
         "metric": metric,
         "initialization": "pca",
-        "early_exaggeration_iter": 250,
+        "early_exaggeration_iter": TSNE_EARLY_ITERS,
         "neighbors": "annoy" if len(data) > 1000 else "exact",
         "library": f"openTSNE {openTSNE.__version__}",
     }
@@ -246,12 +248,18 @@ def umap_layout(
     metric: str = "cosine",
 ) -> Layout:
     """umap-learn of ``rows``: spectral initialisation, seeded (which makes umap-learn run on one thread)."""
+    require("umap")  # looked up: its import (seconds) is part of the step shown
+    if not 2 <= n_neighbors < len(rows):
+        raise InvalidQuery(f"UMAP with n_neighbors {n_neighbors} needs more than {n_neighbors} rows")
+    with Progress(f"UMAP of {len(rows):,} rows", None, log=log):  # umap-learn (its import too) reports nothing
+        return _umap_layout(rows, n_neighbors, min_dist, seed, n_epochs, metric)
+
+
+def _umap_layout(rows: np.ndarray, n_neighbors: int, min_dist: float, seed: int, n_epochs: int, metric: str) -> Layout:
     try:
         import umap
     except ImportError:
         raise missing_package("umap") from None
-    if not 2 <= n_neighbors < len(rows):
-        raise InvalidQuery(f"UMAP with n_neighbors {n_neighbors} needs more than {n_neighbors} rows")
     started = time.perf_counter()
     data = np.asarray(rows, dtype=np.float32)
 

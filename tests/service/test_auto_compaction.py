@@ -320,6 +320,26 @@ def with_one_delete(lee_data_dir: Path, lee_docs: Lee, data: Path) -> Path:
     return path
 
 
+def test_a_background_compaction_says_its_progress_in_the_log_as_the_index_build_does(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's compaction child's lines were read only once it had ended, and only its last one logged: a
+    compaction of a large table was one line at its start and one at its end, minutes apart. Each line is logged
+    as it comes, the table's, as a background index build's are: its steps, their progress, then its summary."""
+    from service import compacting
+
+    data = tmp_path / "data"
+    with_one_delete(lee_data_dir, lee_docs, data)
+    with caplog.at_level(logging.INFO, logger="service.compacting"):
+        assert compacting.AutoCompaction(data, 1, 0)._compact("lee") is None
+    said = [record.getMessage() for record in caplog.records if record.name == "service.compacting"]
+    assert said[0].startswith("table 'lee': compacting "), said  # its count is of the writes its loop has read
+    assert f"table 'lee': verifying {data / 'lee'} ..." in said, said
+    assert any(message.startswith("table 'lee': checksums: done (") for message in said), said
+    assert said[-1].startswith("table 'lee': compacted 'lee': "), said
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING], said
+
+
 def compacting_at_work(
     lee_data_dir: Path, lee_docs: Lee, data: Path
 ) -> tuple[AutoCompaction, threading.Thread, list[Failed | None], subprocess.Popen[str]]:

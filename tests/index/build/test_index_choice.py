@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -481,6 +482,118 @@ def test_an_hnsw_build_adds_on_those_threads_and_gives_faiss_its_own_back(monkey
     truth = exact_top10(unit, queries)
     recall = np.mean([len(np.intersect1d(t, f)) / 10 for t, f in zip(truth, found, strict=True)])
     assert built.info["recall_at_10"] >= 0.99 and recall >= 0.99
+
+
+LINE_WAIT = 120  # seconds a test waits for a line it is owed: a bound for a hung step, not a timing
+
+
+def lines_until(stream: io.StringIO, count: int, prefix: str) -> list[str]:
+    """The lines of ``stream`` starting with ``prefix`` once there are ``count`` of them (a step's clock writes
+    them from its own thread while the caller's thread waits)."""
+    deadline = time.monotonic() + LINE_WAIT
+    while len(lines := [line for line in stream.getvalue().splitlines() if line.startswith(prefix)]) < count:
+        assert time.monotonic() < deadline, f"a step silent for {LINE_WAIT}s: {stream.getvalue()!r}"
+        time.sleep(0.01)
+    return lines
+
+
+def test_a_step_whose_work_does_not_move_still_says_where_it_is(tmp_path: Path) -> None:
+    """Lines on a clock, not on the work: a step that takes a piece of work longer than the interval (an HNSW
+    graph's 10,000 rows, one FAISS call) wrote nothing until the piece was done (7-20 s apart on the default
+    table). Now it says where it is every interval, and so does its status file (its cost so far); a step of
+    unknown length says how long it has run."""
+    stream = io.StringIO()
+    status = tmp_path / "status.json"
+    progress.CONFIG.stream = stream
+    try:
+        progress.configure(quiet=False, status_file=status, interval=0.05)
+        with progress.Progress("adding rows to the index", 400_000) as step:
+            step.advance(10_000)  # then nothing: the next piece of work takes "long"
+            lines_until(stream, 1, "embedding-index: adding rows to the index: ")
+            first = progress.read_status(status)
+            lines_until(stream, 3, "embedding-index: adding rows to the index: ")
+            later = progress.read_status(status)
+        with progress.Progress("training the index (IndexIVFPQ)", None):
+            unknown = lines_until(stream, 2, "embedding-index: training the index (IndexIVFPQ): ")
+        with progress.Progress("training", 10, "words") as fed:  # all counted (fed to the workers), not all done
+            fed.advance(10)
+            finishing = lines_until(stream, 1, "embedding-index: training: 100% ")[0]
+    finally:
+        progress.CONFIG.stream = None
+        progress.CONFIG.status_file = None
+        progress.configure(quiet=False, interval=progress.INTERVAL)
+    *lines, last = [line for line in stream.getvalue().splitlines() if "adding rows to the index" in line]
+    assert len(lines) >= 3, lines
+    for line in lines:
+        assert re.fullmatch(r"embedding-index: adding rows to the index: 2% \(10,000 of 400,000 rows\), \S+ left", line)
+    assert last.startswith("embedding-index: adding rows to the index: done (400,000 of 400,000 rows) in "), last
+    assert first is not None and later is not None and later["done"] == first["done"] == 0.025
+    assert later["elapsed_seconds"] >= first["elapsed_seconds"]
+    for line in unknown:
+        assert re.fullmatch(r"embedding-index: training the index \(IndexIVFPQ\): \S+ so far", line), line
+    assert "embedding-index: training the index (IndexIVFPQ): done in " in stream.getvalue()
+    assert re.fullmatch(r"embedding-index: training: 100% \(10 of 10 words\), \S+ so far", finishing), finishing
+    assert stream.getvalue().splitlines()[-1].startswith("embedding-index: training: done (10 of 10 words) in ")
+
+
+def test_an_hnsw_block_is_said_while_faiss_adds_it() -> None:
+    """FAISS adds a block of 10,000 rows to an HNSW graph in one call, without the interpreter's lock: the step's
+    clock says where it is meanwhile (here every 0.05 s), not only when the block is in."""
+    rows = np.random.default_rng(0).standard_normal((10_000, 50)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    stream = io.StringIO()
+    progress.CONFIG.stream = stream
+    try:
+        progress.configure(quiet=False, interval=0.05)
+        build_index(rows, IndexSpec(kind="hnsw"))
+    finally:
+        progress.CONFIG.stream = None
+        progress.configure(quiet=False, interval=progress.INTERVAL)
+    lines = [line for line in stream.getvalue().splitlines() if "adding rows to the index" in line]
+    assert lines[0].startswith("embedding-index: adding rows to the index: 0% (0 of 10,000 rows), "), lines
+    assert lines[0].endswith(" so far") and len(lines) >= 2, lines
+    assert lines[-1].startswith("embedding-index: adding rows to the index: done (10,000 of 10,000 rows) in "), lines
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_bar_whose_count_does_not_move_is_redrawn_every_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal the bar was drawn only as work ended: between two HNSW blocks its elapsed time stood still.
+    The step's clock redraws it every ``BAR_SECONDS`` (here 0.05 s) while its count stays where it is."""
+    terminal = Terminal()
+    monkeypatch.setattr(progress, "BAR_SECONDS", 0.05)
+    progress.CONFIG.stream = terminal
+    try:
+        progress.configure(quiet=False, interval=progress.INTERVAL)
+        with progress.Progress("adding rows to the index", 400_000) as step:
+            step.advance(10_000)
+            drawn = terminal.getvalue().count("\r")
+            deadline = time.monotonic() + LINE_WAIT
+            while terminal.getvalue().count("\r") < drawn + 3:  # three redraws, the count unchanged
+                assert time.monotonic() < deadline, f"a bar not redrawn for {LINE_WAIT}s: {terminal.getvalue()!r}"
+                time.sleep(0.01)
+            assert step.done == 10_000
+    finally:
+        progress.CONFIG.stream = None
+    assert "10000/400000" in terminal.getvalue().replace(",", "")
+
+
+def test_a_quiet_step_says_nothing_and_runs_no_clock() -> None:
+    stream = io.StringIO()
+    progress.CONFIG.stream = stream
+    try:
+        progress.configure(quiet=True, interval=0.01)
+        with progress.Progress("silent", 10) as step:
+            assert step._clock is None
+            time.sleep(0.05)
+            step.advance(10)
+    finally:
+        progress.CONFIG.stream = None
+        progress.configure(quiet=False, interval=progress.INTERVAL)
+    assert stream.getvalue() == ""
 
 
 def test_faiss_training_warnings_are_the_builders_lines(capfd: pytest.CaptureFixture[str]) -> None:

@@ -3,11 +3,16 @@ umap-learn called directly with the same seed and parameters, on the 20,000-row 
 
 from __future__ import annotations
 
+import logging
+import re
 import sys
+import time
 
 import numpy as np
 import pytest
 
+from index import progress
+from index.engine import layout as layouts
 from index.engine.layout import (
     MAP_INSTALL,
     MIN_NONLINEAR_ROWS,
@@ -122,6 +127,45 @@ def test_umap_equals_umap_learn_with_the_same_seed_and_n_neighbors_lowered(rows:
     np.testing.assert_array_equal(umap_projection(rows, n_neighbors=5, min_dist=0.3, seed=3).points, every.points)
     assert not np.array_equal(umap_projection(rows, n_neighbors=5, min_dist=0.3, seed=4).points, every.points)
     assert same_group_share(every.points) >= 0.8
+
+
+@pytest.mark.usefixtures("numba_compiled")
+def test_a_long_tsne_logs_its_iterations_and_a_long_umap_its_time(
+    rows: np.ndarray, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A t-SNE or UMAP that lasts the progress interval says so in the server's log, as the builder's long steps
+    do: t-SNE its iterations (openTSNE's callback, every few), UMAP (which reports nothing) how long it has run,
+    every interval, then its end; one quicker than the interval says nothing. Here UMAP's fit is held until its
+    clock has said two lines: a UMAP made long on purpose."""
+    import umap
+
+    with caplog.at_level(logging.INFO, logger=layouts.__name__):
+        tsne_projection(rows)  # the default interval, 5 s: quicker than it
+        assert caplog.messages == []
+        monkeypatch.setattr(progress.CONFIG, "interval", 0.0)  # a line at every step forward
+        tsne_projection(rows)
+    said = caplog.messages
+    assert said[-1].startswith("t-SNE of 30 rows: done (750 of 750 iterations) in "), said
+    done = [int(message.split(": ")[1].split("%")[0]) for message in said[:-1]]
+    assert len(done) >= 10 and done == sorted(done) and done[0] < 10, said
+
+    caplog.clear()
+    fit = umap.UMAP.fit_transform
+
+    def held(self: object, *args: object, **kwargs: object) -> object:
+        deadline = time.monotonic() + 120  # a bound for a silent step, not a timing
+        while sum(message.startswith("UMAP of 10 rows: ") for message in caplog.messages) < 2:
+            assert time.monotonic() < deadline, f"UMAP silent for 120 s: {caplog.messages}"
+            time.sleep(0.01)
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(umap.UMAP, "fit_transform", held)
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.05)
+    with caplog.at_level(logging.INFO, logger=layouts.__name__):
+        umap_projection(rows[:10])
+    *running, last = caplog.messages
+    assert len(running) >= 2 and all(re.fullmatch(r"UMAP of 10 rows: \S+ so far", m) for m in running), running
+    assert last.startswith("UMAP of 10 rows: done in "), last
 
 
 @pytest.mark.parametrize(("project", "name"), [(tsne_projection, "t-SNE"), (umap_projection, "UMAP")])

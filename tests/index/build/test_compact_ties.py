@@ -40,6 +40,7 @@ from tests.vectors import unit
 WRITTEN = 16_000
 BATCH = 500
 GRAPH = "hnsw:M=8"  # a small graph: its 16 links a row at the lowest level are all taken by a row's copies
+ROWS = 20_000  # the rows of the tests of the auto rule's graph and IVF: the rule's threshold is lowered to them
 
 
 def templated(lee: Lee, count: int = WRITTEN) -> list[dict[str, Any]]:
@@ -114,13 +115,23 @@ def test_an_import_of_a_graph_that_misses_its_recall_names_the_copies(lee_docs: 
     assert refused.value.message.startswith(f"index {index} reached recall@10 "), refused.value.message
 
 
+@pytest.fixture
+def auto_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The auto rule from ``ROWS`` rows on (``AUTO_FLAT_BELOW``), not from 100,000: its tuning and its fallbacks are
+    tested, not its threshold (``test_the_index_taken_instead_is_exact_search_but_for_a_large_graph``), on a fifth of
+    the rows, whose recall still reaches auto's target at a lower efSearch or nprobe than the ``--min-recall`` above
+    it that the tests below ask."""
+    monkeypatch.setattr(index_choice, "AUTO_FLAT_BELOW", ROWS)
+
+
+@pytest.mark.usefixtures("auto_rule")
 def test_auto_falls_back_to_ivf_when_its_graph_misses_the_recall(
     lee_docs: Lee, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``auto`` over 100,000 rows of 300 vectors, its graph (here a small one, as if the rule had chosen it) below
+    """``auto`` over ``ROWS`` rows of 300 vectors, its graph (here a small one, as if the rule had chosen it) below
     ``--min-recall``: an import takes the rule's other index, IVF, whose lists hold each row's copies together, and
     the manifest's ``choice`` and ``fallback`` say why."""
-    rows = np.ascontiguousarray(unit(lee_docs.vectors[np.arange(AUTO_FLAT_BELOW) % 300]).astype(np.float32))
+    rows = np.ascontiguousarray(unit(lee_docs.vectors[np.arange(ROWS) % 300]).astype(np.float32))
     small = IndexSpec(kind="hnsw", m=4, ef_construction=16, target_recall=AUTO_TARGET_RECALL)
     monkeypatch.setattr(index_choice, "choose_auto", lambda *_: (small, {"chosen": "hnsw"}))
     built = build_or_instead(rows, "auto", min_recall=0.95)
@@ -141,28 +152,29 @@ def test_the_index_taken_instead_is_exact_search_but_for_a_large_graph() -> None
 
 
 @pytest.fixture
-def glove_100k(glove_raw: RawTable) -> np.ndarray:
-    """GloVe's first ``AUTO_FLAT_BELOW`` rows, as unit rows: no copies, where a wider search finds more."""
-    return np.ascontiguousarray(unit(glove_raw.matrix[:AUTO_FLAT_BELOW]).astype(np.float32))
+def glove_auto(glove_raw: RawTable, auto_rule: None) -> np.ndarray:
+    """GloVe's first ``ROWS`` rows, as unit rows, which the auto rule indexes here: no copies, where a wider search
+    finds more."""
+    return np.ascontiguousarray(unit(glove_raw.matrix[:ROWS]).astype(np.float32))
 
 
-def test_the_ivf_taken_instead_is_tuned_to_a_min_recall_above_auto_s_target(glove_100k: np.ndarray) -> None:
-    """A compaction of 100,000 rows whose graph (its efSearch fixed by hand) misses a ``--min-recall`` of 0.999: the
-    IVF taken instead raises its nprobe until it reaches 0.999, not only auto's 0.99, else it too is refused and the
-    log grows at every write."""
-    built = build_or_instead(glove_100k, "hnsw:M=4,efConstruction=16,efSearch=16", min_recall=0.999, fallback=True)
+def test_the_ivf_taken_instead_is_tuned_to_a_min_recall_above_auto_s_target(glove_auto: np.ndarray) -> None:
+    """A compaction of ``ROWS`` rows (IVF's, not exact search's) whose graph (its efSearch fixed by hand) misses a
+    ``--min-recall`` of 0.999: the IVF taken instead raises its nprobe until it reaches 0.999, not only auto's 0.99,
+    else it too is refused and the log grows at every write."""
+    built = build_or_instead(glove_auto, "hnsw:M=4,efConstruction=16,efSearch=16", min_recall=0.999, fallback=True)
     assert built.info["spec"]["kind"] == "ivf" and built.info["recall_at_10"] >= 0.999
     assert built.info["fallback"]["index"]["efSearch"] == 16 and built.info["fallback"]["min_recall"] == 0.999
 
 
 def test_auto_s_graph_is_tuned_to_a_min_recall_above_its_target_before_it_gives_way(
-    glove_100k: np.ndarray, monkeypatch: pytest.MonkeyPatch
+    glove_auto: np.ndarray, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``auto``'s graph with ``--min-recall`` 0.995: its efSearch is raised to 0.995, and the graph kept, rather than
     stopped at 0.99 and replaced by IVF as if it could not reach the recall asked."""
     graph = IndexSpec(kind="hnsw", m=16, ef_construction=40, target_recall=AUTO_TARGET_RECALL)
     monkeypatch.setattr(index_choice, "choose_auto", lambda *_: (graph, {"chosen": "hnsw"}))
-    built = build_or_instead(glove_100k, "auto", min_recall=0.995)
+    built = build_or_instead(glove_auto, "auto", min_recall=0.995)
     assert built.info["spec"]["kind"] == "hnsw" and built.info["recall_at_10"] >= 0.995
     assert "fallback" not in built.info
 
@@ -185,22 +197,23 @@ def test_the_next_compaction_builds_the_table_s_own_index_again_once_it_reaches_
     assert "index_fallback" not in Table.load(graph_table / "lee").summary()
 
 
-def test_the_refusal_of_a_graph_over_rows_without_copies_does_not_speak_of_copies(glove_100k: np.ndarray) -> None:
+def test_the_refusal_of_a_graph_over_rows_without_copies_does_not_speak_of_copies(glove_auto: np.ndarray) -> None:
     """GloVe has no copies (no sampled word's 10th nearest other word scores above 0.99): a graph refused over it
     says the recall it reached, and nothing of copies."""
-    graph = parse_spec("hnsw:M=4,efConstruction=16,efSearch=16", len(glove_100k), glove_100k.shape[1])
+    graph = parse_spec("hnsw:M=4,efConstruction=16,efSearch=16", len(glove_auto), glove_auto.shape[1])
     with pytest.raises(InvalidQuery) as refused:
-        build_and_measure(glove_100k, graph, min_recall=0.99)
+        build_and_measure(glove_auto, graph, min_recall=0.99)
     assert "below --min-recall 0.99" in refused.value.message and "copies" not in refused.value.message
 
 
+@pytest.mark.usefixtures("auto_rule")
 def test_an_import_whose_auto_graph_misses_the_recall_says_the_index_it_took_instead(
     lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``embedding-index import --quiet`` of 100,000 words over Lee's 300 vectors, ``auto``'s graph (a small one, as
+    """``embedding-index import --quiet`` of ``ROWS`` words over Lee's 300 vectors, ``auto``'s graph (a small one, as
     if the rule had chosen it) below ``--min-recall``: its one line says the IVF taken in place of the graph and why,
     as a compaction's line does, not only ``(ivf, ...)``."""
-    rows = lee_docs.vectors[np.arange(AUTO_FLAT_BELOW) % 300]
+    rows = lee_docs.vectors[np.arange(ROWS) % 300]
     np.savez(tmp_path / "dup.npz", vectors=rows, tokens=np.array([f"w{i}" for i in range(len(rows))], dtype=str))
     small = IndexSpec(kind="hnsw", m=4, ef_construction=16, target_recall=AUTO_TARGET_RECALL)
     monkeypatch.setattr(index_choice, "choose_auto", lambda *_: (small, {"chosen": "hnsw"}))
@@ -211,7 +224,7 @@ def test_an_import_whose_auto_graph_misses_the_recall_says_the_index_it_took_ins
         f"; index ivf in place of {json.dumps(fallback['index'])}, whose recall@10 {fallback['recall_at_10']} is "
         "below --min-recall 0.95"
     )
-    assert done.out.startswith("built 'dup': 100,000 rows x 50 (ivf, ") and done.out.rstrip().endswith(said), done.out
+    assert done.out.startswith(f"built 'dup': {ROWS:,} rows x 50 (ivf, ") and done.out.rstrip().endswith(said), done.out
 
 
 @pytest.mark.parametrize("spec", ["ivf:nlist=200", "ivfpq:nlist=8,m=10", "IVF200,Flat"])

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.lib.format as npformat
 
 from index.build.sources import (
+    BOM,
     HEAD_BYTES,
     RawTable,
     ReadOptions,
@@ -33,7 +34,6 @@ from index.build.sources import (
 )
 from index.errors import InputError, counted
 
-BOM = "\ufeff"
 MAGIC = b"\x93NUMPY"
 ZIP_MAGIC = b"PK\x03\x04"  # an .npz archive
 NPZ_ARRAYS = ("tokens", "vectors")
@@ -257,6 +257,7 @@ def read_lines(path: Path, options: ReadOptions, rows: int) -> tuple[list[str], 
     earlier line (see ``first_of``)."""
     data = read_bytes(path)
     refuse_unread(path, data[:HEAD_BYTES])
+    data = data.removeprefix(BOM)  # UTF-8's mark, no token of any --encoding, as the embedding files' readers drop it
     refused: InputError | None = None
     lenient = options.unicode_errors != "strict"
     try:
@@ -270,7 +271,7 @@ def read_lines(path: Path, options: ReadOptions, rows: int) -> tuple[list[str], 
             refused = InputError(path, problem, line=data.count(b"\n", 0, exc.start) + 1)
         else:
             bad = [line - 1 for line in undecodable_lines(data, options.encoding)]  # 0-based, as the rows
-    lines = text.removeprefix(BOM).split("\n")
+    lines = text.split("\n")
     # Blank lines at the end, as in text files; one of spaces is a token while there are rows for it.
     while lines and (not lines[-1].removesuffix("\r") or (len(lines) > rows and not lines[-1].strip())):
         lines.pop()

@@ -172,6 +172,22 @@ def test_a_latin1_projector_metadata_and_vocabulary_are_read(
     assert list(table.tokens[: len(tokens)]) == tokens
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1", "cp1252"])
+def test_a_byte_order_mark_is_no_token_of_a_vocabulary_as_of_an_embedding_file(tmp_path: Path, encoding: str) -> None:
+    """UTF-8's byte order mark before a vocabulary file's first token is dropped whatever --encoding says, as the
+    text readers drop it before a GloVe file's: the same tokens from both."""
+    tokens = ["the", "of", "and"]
+    matrix = np.arange(12, dtype=np.float32).reshape(3, 4)
+    glove = text_table(tmp_path / "glove.txt", tokens, matrix, "ascii", header=False)
+    glove.write_bytes(b"\xef\xbb\xbf" + glove.read_bytes())
+    np.save(tmp_path / "m.npy", matrix)
+    (tmp_path / "vocab.txt").write_bytes(b"\xef\xbb\xbf" + "\n".join(tokens).encode() + b"\n")
+    options = ReadOptions(encoding=text_codec(encoding))
+    assert read_source(glove, "glove", options)[0].tokens == tokens
+    options.vocab = tmp_path / "vocab.txt"
+    assert read_source(tmp_path / "m.npy", "npy", options)[0].tokens == tokens
+
+
 # ---------------------------------------------------------------------------------------------- wrong encoding
 
 

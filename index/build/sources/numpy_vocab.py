@@ -54,7 +54,8 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     matrix = load_matrix(path)
     tokens, replaced, not_utf8, refused = read_lines(vocab, options, rows=matrix.shape[0])
     if not options.drop_invalid and "" in tokens:
-        empty = InputError(vocab, "empty line: each line must hold one token", line=tokens.index("") + 1)
+        line = tokens.index("") + 1
+        empty = InputError(vocab, empty_line(vocab, line, options), line=line)
         refused = first_of(refused, empty)
     if refused:
         raise refused
@@ -277,6 +278,16 @@ def read_lines(path: Path, options: ReadOptions, rows: int) -> tuple[list[str], 
         lines.pop()
     tokens = [line.removesuffix("\r") for line in lines]
     return (tokens, len(bad), [], None) if lenient else (tokens, 0, bad, refused)
+
+
+def empty_line(path: Path, line: int, options: ReadOptions) -> str:
+    """Why line ``line`` of vocabulary ``path`` holds no token: it is empty, or it held only bytes ``--encoding``
+    does not read, which ``--unicode-errors ignore`` left out."""
+    raw = read_bytes(path).removeprefix(BOM).split(b"\n")[line - 1].removesuffix(b"\r")
+    if not raw:
+        return "empty line: each line must hold one token"
+    problem = undecodable(options, raw[0], droppable=True)
+    return f"no token left: --unicode-errors ignore left out each byte of the line, {problem}"
 
 
 def first_of(refused: InputError | None, error: InputError) -> InputError:

@@ -188,6 +188,25 @@ def test_a_byte_order_mark_is_no_token_of_a_vocabulary_as_of_an_embedding_file(t
     assert read_source(tmp_path / "m.npy", "npy", options)[0].tokens == tokens
 
 
+def test_a_vocabulary_line_left_empty_by_unicode_errors_ignore_is_named_so(tmp_path: Path, data_dir: Path) -> None:
+    """A vocabulary line of bytes the encoding does not read alone, left out by --unicode-errors ignore, is refused
+    as such (the byte, the ways out), not as an empty line, which it was not; a line that is empty still is one."""
+    np.save(tmp_path / "m.npy", np.arange(12, dtype=np.float32).reshape(3, 4))
+    (tmp_path / "vocab.txt").write_bytes(b"the\n\xa3\ncaf\xe9\n")
+    refused = import_fails(
+        tmp_path / "m.npy", data_dir, "--vocab", tmp_path / "vocab.txt", "--unicode-errors", "ignore"
+    )
+    assert refused.startswith(
+        f"embedding-index: error: {tmp_path / 'vocab.txt'}:2: no token left: --unicode-errors ignore left out each "
+        "byte of the line, not valid UTF-8 (byte 0xa3); use --encoding NAME for a file in another encoding"
+    )
+    (tmp_path / "vocab.txt").write_bytes(b"the\n\ncaf\xe9\n")
+    refused = import_fails(
+        tmp_path / "m.npy", data_dir, "--vocab", tmp_path / "vocab.txt", "--unicode-errors", "ignore"
+    )
+    assert refused.startswith(f"embedding-index: error: {tmp_path / 'vocab.txt'}:2: empty line: each line must hold")
+
+
 # ---------------------------------------------------------------------------------------------- wrong encoding
 
 

@@ -481,8 +481,10 @@ export class TableMap {
     if (this.viewLine.textContent !== line) this.viewLine.textContent = line;
     const key = `${this.generation} ${ids.join(",")}`;
     if (key === this.listed) return;
+    const sameLayout = this.listed.startsWith(`${this.generation} `); // else a row's number names another word
     this.listed = key;
-    const focused = this.words.contains(document.activeElement) ? document.activeElement.closest("tr").dataset.row : null;
+    const inside = this.words.contains(document.activeElement);
+    const focused = inside && sameLayout ? document.activeElement.closest("tr").dataset.row : null;
     const nearest = this.nearestOnMap(ids);
     const cell = (text) => {
       const td = document.createElement("td");
@@ -507,8 +509,8 @@ export class TableMap {
       row.append(head, cell(this.x[i].toFixed(3)), cell(this.y[i].toFixed(3)), places);
       return row;
     }));
-    if (focused !== null) {
-      const again = this.words.querySelector(`tr[data-row="${focused}"] button`);
+    if (inside) {
+      const again = focused === null ? null : this.words.querySelector(`tr[data-row="${focused}"] button`);
       (again || this.words.closest("details").querySelector("summary")).focus();
     }
   }

@@ -1177,6 +1177,26 @@ def test_a_layout_refused_lists_no_word_of_the_layout_before(server: str, api: h
     watched.assert_clean(expected_404=("/map?",))
 
 
+def test_the_focus_on_a_word_of_the_table_leaves_it_when_another_table_is_laid_out(
+    server: str, watched: Watched
+) -> None:
+    """The focus on a word of the table of labelled words goes to the table's summary when another table's layout
+    replaces it, never to the word of the same row number there (another word)."""
+    page = watched.page
+    open_table_map(watched, server)
+    page.click("#table-map .tm-words summary")
+    page.wait_for_function("() => document.querySelectorAll('#table-map .tm-words tbody button').length > 0")
+    page.focus("#table-map .tm-words tbody button")
+    page.select_option("#table", TOKENS_TABLE)
+    page.wait_for_function(
+        "t => { const m = explorer.tableMap; return m.table === t && m.labels && m.labelled.length > 0"
+        " && m.listed.startsWith(`${m.generation} `) && m.words.children.length > 0; }",
+        arg=TOKENS_TABLE,
+    )
+    assert page.evaluate("document.activeElement.tagName") == "SUMMARY"
+    watched.assert_clean()
+
+
 # The map's point under CSS pixel (x, y) of the screen.
 UNDER = """([x, y]) => {
   const m = explorer.tableMap;

@@ -127,6 +127,7 @@ export class TableMap {
     if (!info.ok || !buffer) {
       this.asked = null; // asked again when the page comes back to it
       this.n = 0;
+      this.forget();
       this.drawNow(); // nothing, and nothing in words
       this.setStatus(info.data?.error?.message || points.error || "the map could not be loaded", true);
       return;
@@ -146,18 +147,7 @@ export class TableMap {
     }
     this.n = n;
     this.bounds = { x0, x1, y0, y1 };
-    this.labels = null;
-    this.labelsLost = false;
-    this.lower = null;
-    this.searches++; // a regular expression still testing the labels before shows nothing on this layout
-    this.stopRegex();
-    this.matches = null;
-    this.selected = -1;
-    this.neighbours = [];
-    this.hovered = -1;
-    this.panel.replaceChildren(); // the neighbours of a row of the layout before
-    this.listPicks([]);
-    this.root.dataset.selected = "";
+    this.forget();
     this.buildIndex();
     this.setColumns();
     // Its own colours from now on, never the layout before's: by rank (the menu still says the column picked) till
@@ -171,6 +161,23 @@ export class TableMap {
     this.canvas.dataset.ready = "true";
     this.describe();
     this.loadLabels(generation);
+  }
+
+  /** The layout before's labels, search matches, selected row and its neighbours forgotten: a layout in its place
+   * (or none, refused) neither labels nor lists them. */
+  forget() {
+    this.labels = null;
+    this.labelsLost = false;
+    this.lower = null;
+    this.searches++; // a regular expression still testing the labels before shows nothing on this layout
+    this.stopRegex();
+    this.matches = null;
+    this.selected = -1;
+    this.neighbours = [];
+    this.hovered = -1;
+    this.panel.replaceChildren(); // the neighbours of a row of the layout before
+    this.listPicks([]);
+    this.root.dataset.selected = "";
   }
 
   /** An API path of the table of the layout loaded: the table picked may be another by now (a documents table,
@@ -474,8 +481,10 @@ export class TableMap {
     if (this.viewLine.textContent !== line) this.viewLine.textContent = line;
     const key = `${this.generation} ${ids.join(",")}`;
     if (key === this.listed) return;
+    const sameLayout = this.listed.startsWith(`${this.generation} `); // else a row's number names another word
     this.listed = key;
-    const focused = this.words.contains(document.activeElement) ? document.activeElement.closest("tr").dataset.row : null;
+    const inside = this.words.contains(document.activeElement);
+    const focused = inside && sameLayout ? document.activeElement.closest("tr").dataset.row : null;
     const nearest = this.nearestOnMap(ids);
     const cell = (text) => {
       const td = document.createElement("td");
@@ -500,8 +509,8 @@ export class TableMap {
       row.append(head, cell(this.x[i].toFixed(3)), cell(this.y[i].toFixed(3)), places);
       return row;
     }));
-    if (focused !== null) {
-      const again = this.words.querySelector(`tr[data-row="${focused}"] button`);
+    if (inside) {
+      const again = focused === null ? null : this.words.querySelector(`tr[data-row="${focused}"] button`);
       (again || this.words.closest("details").querySelector("summary")).focus();
     }
   }

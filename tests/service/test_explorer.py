@@ -1154,6 +1154,49 @@ def test_the_map_is_told_in_a_table_of_its_labelled_words(server: str, api: http
     watched.assert_clean()
 
 
+def test_a_layout_refused_lists_no_word_of_the_layout_before(server: str, api: httpx.Client, watched: Watched) -> None:
+    """A layout the server refuses leaves the map and its table of labelled words empty: neither labels nor lists
+    the words of the layout before (its selected row and that row's neighbours least of all)."""
+    page = watched.page
+    open_table_map(watched, server)
+    heart = api.get(f"/v1/tables/{WORDS_TABLE}/tokens/heart").json()["id"]
+    page.evaluate("i => explorer.tableMap.goTo(i)", heart)
+    page.wait_for_selector(f"#table-map[data-selected='{heart}'] .tm-panel .scores")
+    page.wait_for_function("() => document.querySelectorAll('#table-map .tm-words tbody tr').length > 0")
+    refusal = json.dumps({"error": {"code": "not_found", "message": "no such layout"}})
+    page.route(
+        f"**/v1/tables/{WORDS_TABLE}/map?*",
+        lambda route: route.fulfill(status=404, body=refusal, content_type="application/json"),
+    )
+    page.evaluate("t => explorer.tableMap.load(t, 'pca')", WORDS_TABLE)
+    # the table made again for the refused layout (its key starts with the layout's generation)
+    page.wait_for_function("() => { const m = explorer.tableMap; return m.listed.startsWith(`${m.generation} `); }")
+    assert page.locator("#table-map .tm-words tbody tr").count() == 0
+    assert page.locator("#tm-view").inner_text() == ""
+    assert page.evaluate("explorer.tableMap.labelled") == []
+    watched.assert_clean(expected_404=("/map?",))
+
+
+def test_the_focus_on_a_word_of_the_table_leaves_it_when_another_table_is_laid_out(
+    server: str, watched: Watched
+) -> None:
+    """The focus on a word of the table of labelled words goes to the table's summary when another table's layout
+    replaces it, never to the word of the same row number there (another word)."""
+    page = watched.page
+    open_table_map(watched, server)
+    page.click("#table-map .tm-words summary")
+    page.wait_for_function("() => document.querySelectorAll('#table-map .tm-words tbody button').length > 0")
+    page.focus("#table-map .tm-words tbody button")
+    page.select_option("#table", TOKENS_TABLE)
+    page.wait_for_function(
+        "t => { const m = explorer.tableMap; return m.table === t && m.labels && m.labelled.length > 0"
+        " && m.listed.startsWith(`${m.generation} `) && m.words.children.length > 0; }",
+        arg=TOKENS_TABLE,
+    )
+    assert page.evaluate("document.activeElement.tagName") == "SUMMARY"
+    watched.assert_clean()
+
+
 # The map's point under CSS pixel (x, y) of the screen.
 UNDER = """([x, y]) => {
   const m = explorer.tableMap;

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.lib.format as npformat
 
 from index.build.sources import (
+    BOM,
     HEAD_BYTES,
     RawTable,
     ReadOptions,
@@ -33,7 +34,6 @@ from index.build.sources import (
 )
 from index.errors import InputError, counted
 
-BOM = "\ufeff"
 MAGIC = b"\x93NUMPY"
 ZIP_MAGIC = b"PK\x03\x04"  # an .npz archive
 NPZ_ARRAYS = ("tokens", "vectors")
@@ -54,7 +54,8 @@ def read(path: Path, options: ReadOptions) -> RawTable:
     matrix = load_matrix(path)
     tokens, replaced, not_utf8, refused = read_lines(vocab, options, rows=matrix.shape[0])
     if not options.drop_invalid and "" in tokens:
-        empty = InputError(vocab, "empty line: each line must hold one token", line=tokens.index("") + 1)
+        line = tokens.index("") + 1
+        empty = InputError(vocab, empty_line(vocab, line, options), line=line)
         refused = first_of(refused, empty)
     if refused:
         raise refused
@@ -257,6 +258,7 @@ def read_lines(path: Path, options: ReadOptions, rows: int) -> tuple[list[str], 
     earlier line (see ``first_of``)."""
     data = read_bytes(path)
     refuse_unread(path, data[:HEAD_BYTES])
+    data = data.removeprefix(BOM)  # UTF-8's mark, no token of any --encoding, as the embedding files' readers drop it
     refused: InputError | None = None
     lenient = options.unicode_errors != "strict"
     try:
@@ -270,12 +272,22 @@ def read_lines(path: Path, options: ReadOptions, rows: int) -> tuple[list[str], 
             refused = InputError(path, problem, line=data.count(b"\n", 0, exc.start) + 1)
         else:
             bad = [line - 1 for line in undecodable_lines(data, options.encoding)]  # 0-based, as the rows
-    lines = text.removeprefix(BOM).split("\n")
+    lines = text.split("\n")
     # Blank lines at the end, as in text files; one of spaces is a token while there are rows for it.
     while lines and (not lines[-1].removesuffix("\r") or (len(lines) > rows and not lines[-1].strip())):
         lines.pop()
     tokens = [line.removesuffix("\r") for line in lines]
     return (tokens, len(bad), [], None) if lenient else (tokens, 0, bad, refused)
+
+
+def empty_line(path: Path, line: int, options: ReadOptions) -> str:
+    """Why line ``line`` of vocabulary ``path`` holds no token: it is empty, or it held only bytes ``--encoding``
+    does not read, which ``--unicode-errors ignore`` left out."""
+    raw = read_bytes(path).removeprefix(BOM).split(b"\n")[line - 1].removesuffix(b"\r")
+    if not raw:
+        return "empty line: each line must hold one token"
+    problem = undecodable(options, raw[0], droppable=True)
+    return f"no token left: --unicode-errors ignore left out each byte of the line, {problem}"
 
 
 def first_of(refused: InputError | None, error: InputError) -> InputError:

@@ -172,6 +172,41 @@ def test_a_latin1_projector_metadata_and_vocabulary_are_read(
     assert list(table.tokens[: len(tokens)]) == tokens
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1", "cp1252"])
+def test_a_byte_order_mark_is_no_token_of_a_vocabulary_as_of_an_embedding_file(tmp_path: Path, encoding: str) -> None:
+    """UTF-8's byte order mark before a vocabulary file's first token is dropped whatever --encoding says, as the
+    text readers drop it before a GloVe file's: the same tokens from both."""
+    tokens = ["the", "of", "and"]
+    matrix = np.arange(12, dtype=np.float32).reshape(3, 4)
+    glove = text_table(tmp_path / "glove.txt", tokens, matrix, "ascii", header=False)
+    glove.write_bytes(b"\xef\xbb\xbf" + glove.read_bytes())
+    np.save(tmp_path / "m.npy", matrix)
+    (tmp_path / "vocab.txt").write_bytes(b"\xef\xbb\xbf" + "\n".join(tokens).encode() + b"\n")
+    options = ReadOptions(encoding=text_codec(encoding))
+    assert read_source(glove, "glove", options)[0].tokens == tokens
+    options.vocab = tmp_path / "vocab.txt"
+    assert read_source(tmp_path / "m.npy", "npy", options)[0].tokens == tokens
+
+
+def test_a_vocabulary_line_left_empty_by_unicode_errors_ignore_is_named_so(tmp_path: Path, data_dir: Path) -> None:
+    """A vocabulary line of bytes the encoding does not read alone, left out by --unicode-errors ignore, is refused
+    as such (the byte, the ways out), not as an empty line, which it was not; a line that is empty still is one."""
+    np.save(tmp_path / "m.npy", np.arange(12, dtype=np.float32).reshape(3, 4))
+    (tmp_path / "vocab.txt").write_bytes(b"the\n\xa3\ncaf\xe9\n")
+    refused = import_fails(
+        tmp_path / "m.npy", data_dir, "--vocab", tmp_path / "vocab.txt", "--unicode-errors", "ignore"
+    )
+    assert refused.startswith(
+        f"embedding-index: error: {tmp_path / 'vocab.txt'}:2: no token left: --unicode-errors ignore left out each "
+        "byte of the line, not valid UTF-8 (byte 0xa3); use --encoding NAME for a file in another encoding"
+    )
+    (tmp_path / "vocab.txt").write_bytes(b"the\n\ncaf\xe9\n")
+    refused = import_fails(
+        tmp_path / "m.npy", data_dir, "--vocab", tmp_path / "vocab.txt", "--unicode-errors", "ignore"
+    )
+    assert refused.startswith(f"embedding-index: error: {tmp_path / 'vocab.txt'}:2: empty line: each line must hold")
+
+
 # ---------------------------------------------------------------------------------------------- wrong encoding
 
 

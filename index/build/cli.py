@@ -345,14 +345,14 @@ def import_(
         ),
     ] = False,
     encoding: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--encoding",
             parser=_codec,
             help="The tokens' encoding in a text or binary embedding file, a vocabulary or metadata.tsv: any codec "
-            "Python knows (latin-1, cp1252, ...), as gensim's encoding.",
+            "Python knows (latin-1, cp1252, ...), as gensim's encoding (default utf-8).",
         ),
-    ] = "utf-8",
+    ] = None,
     unicode_errors: Annotated[
         UnicodeErrors,
         typer.Option(
@@ -472,7 +472,7 @@ def import_(
         ("--vocab", vocab, ("npy", "projector")),
         ("--tensor", tensor, ("hf", "transformer")),
         ("--allow-pickle", allow_pickle or None, ("gensim",)),
-        ("--encoding", None if encoding == "utf-8" else encoding, decoding),
+        ("--encoding", encoding, decoding),  # given at all: utf-8 named where it does not apply is refused too
         ("--unicode-errors ignore", None if unicode_errors != "ignore" else unicode_errors, decoding),
     )
     for option, value, formats in fitting:
@@ -504,7 +504,7 @@ def import_(
     build = BuildOptions(index, min_recall, force, seed, defer_index, budget, drop_invalid=drop_invalid)
     options = ReadOptions(
         vocab=vocab,
-        encoding=encoding,
+        encoding=encoding or "utf-8",
         unicode_errors=str(unicode_errors),
         drop_invalid=drop_invalid,
         tensor=tensor,
@@ -536,7 +536,7 @@ def import_(
     source |= raw.source or {"sha256": source_digest([path] + ([vocab] if vocab else []))}
     params: dict[str, Any] = {"drop_invalid": drop_invalid, "unicode_errors": str(unicode_errors)}
     if used in decoding:
-        params["encoding"] = encoding
+        params["encoding"] = encoding or "utf-8"
     params["read_seconds"] = read_seconds
     if tensor:
         params["tensor"] = tensor

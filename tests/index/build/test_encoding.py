@@ -300,12 +300,13 @@ def test_encoding_on_a_format_of_text_tokens_is_refused(tmp_path: Path, data_dir
     them with replace or refuses them."""
     records = tmp_path / "notes.jsonl"
     records.write_text('{"id": "a", "text": "the heart", "vector": [0.1, 0.2]}\n')
-    result = run_cli("import", records, "--name", "t", "--data-dir", data_dir, "--encoding", "latin-1")
-    assert (result.code, result.err) == (
-        1,
-        "embedding-index: error: --encoding: only for --format word2vec, word2vec-binary, glove, fasttext, npy or "
-        f"projector, and {records} reads as documents\n",
-    )
+    for codec in ("latin-1", "utf-8"):  # UTF-8 named too: the option is refused where it does not apply, not read
+        result = run_cli("import", records, "--name", "t", "--data-dir", data_dir, "--encoding", codec)
+        assert (result.code, result.err) == (
+            1,
+            "embedding-index: error: --encoding: only for --format word2vec, word2vec-binary, glove, fasttext, npy or "
+            f"projector, and {records} reads as documents\n",
+        )
     folder = tmp_path / "notes"
     folder.mkdir()
     (folder / "a.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))

@@ -297,6 +297,26 @@ def test_a_documents_batch_groups_by_filter_page_and_mode(lee: Table, lee_docs: 
     assert answers[2].passing == sum(lang == "en" for lang in lee_docs.fields["lang"])  # type: ignore[union-attr]
 
 
+def test_a_batch_item_its_mode_cannot_search_is_its_own_error(lee: Table, lee_docs: Lee) -> None:
+    """What a documents search needs of its mode is the door's to refuse, item by item (``hybrid.run`` checks none
+    of it): diversity in mode keyword, mode hybrid without text, text beside an id in mode vector; the items
+    beside them are answered as alone."""
+    queries = [
+        Query(text=TEXTS[0], mode="keyword", k=4, diversity=0.5),
+        Query(document=lee_docs.ids[3], mode="hybrid", k=4, diversity=0.5),
+        Query(document=lee_docs.ids[3], text=TEXTS[0], k=4),
+        Query(document=lee_docs.ids[3], text=TEXTS[0], mode="hybrid", k=4, diversity=0.5),
+        Query(text=TEXTS[1], mode="keyword", k=4),
+    ]
+    answers = door.run(lee, queries)
+    errors = [answer.error.message if isinstance(answer, Failed) else "" for answer in answers]
+    assert "diversity needs a query vector" in errors[0] and "mode hybrid needs text" in errors[1]
+    assert "use mode hybrid to search by both" in errors[2]
+    for position in (3, 4):
+        answer = answers[position]
+        assert isinstance(answer, Result) and answer.hits == one(lee, queries[position]).hits, position
+
+
 # --------------------------------------------------------------------------------------------- the delta
 def test_the_delta_is_searched_beside_the_version(lee: Table, lee_docs: Lee) -> None:
     """A document deleted since the version is never found; a written one is, as row ``rows + its place``."""

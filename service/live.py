@@ -10,9 +10,10 @@ it catches up, checks and appends (an upsert's documents are checked and embedde
 
 A compaction folds the log into a newer version, then cuts the log; the file it replaced is kept until the next cut,
 so a worker still on the older version reads on from it. A worker that misses two cuts (it did not load the version
-between them: they came within one turn of the data directory's watcher, or it refused that version's files) has
-lost writes that only newer versions now hold: its reads and writes of the table answer 503 ``not_ready`` until it
-has loaded the newest version, rather than answer without them.
+between them: they came within one turn of the data directory's watcher, or it refused that version's files) reads on
+too when it had read every write the first of them folded: the later ones are in the file the second replaced, read
+by their sequence numbers. One that had not has lost writes that only newer versions now hold: its reads and writes
+of the table answer 503 ``not_ready`` until it has loaded the newest version, rather than answer without them.
 
 A shard served alone knows its place in its sharded table (``index.engine.door.shard_place``): it refuses a write
 of an id another shard owns (``service.writes.check_owned``), which would otherwise sit in the wrong shard's log.
@@ -162,7 +163,7 @@ class Live:
     def _check_reach(self, before: int, records: list[writelog.Record]) -> None:
         """After a cut (another log file): the writes read must follow the last one this worker held (``before``),
         and the newest version hold none after it that the log no longer has; else the file holding them was
-        replaced twice since this worker read it."""
+        replaced twice since this worker read it, and emptied."""
         first = next((r.seq for r in records if r.seq > before), None)
         if first is None:
             folded = int(artifact.read_manifest(self.directory).get("log_sequence", 0))

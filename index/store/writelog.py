@@ -709,17 +709,18 @@ def empty_replaced(path: Path) -> int:
 
 
 def _unread_before_cut(path: Path, inode: int | None, start: int, previous: int) -> list[Record]:
-    """The records after byte ``start`` of the log file ``inode`` that a cut replaced since it was read (none when
-    a later cut replaced it too; every record of the replaced file when the reader had read none, ``inode`` None:
-    those it holds already, by their sequence numbers, it skips). Nothing writes to a replaced file: it is read
-    without a lock. Their offsets are in that file; the reader's offset is the new file's."""
+    """The records after byte ``start`` of the log file ``inode`` that a cut replaced since it was read; every
+    record of the file the last cut replaced when that is another (a later cut replaced the reader's too) or the
+    reader had read none (``inode`` None): those it holds already, by their sequence numbers, it skips, and whether
+    the rest follow its last is its to check. Nothing writes to a replaced file: it is read without a lock. Their
+    offsets are in that file; the reader's offset is the new file's."""
     try:
         fd = os.open(previous_path(path), os.O_RDONLY)
     except FileNotFoundError:
         return []
     try:
         if inode is not None and os.fstat(fd).st_ino != inode:
-            return []
+            start, previous = 0, 0
         data = _read_from(fd, start)
     finally:
         os.close(fd)

@@ -49,7 +49,7 @@ def test_a_worker_one_cut_behind_reads_on_and_one_two_cuts_behind_answers_503(
     """Two workers on the first version read writes 1 and 2. A compaction folds 1..4 and cuts the log; one worker
     reads then (one cut behind: it reads on from the file the cut replaced), the other not. A second compaction
     folds 5 and 6 and cuts again: the first worker, one cut behind again, still holds every write; the other has
-    lost the file holding 3..6 (in the newest version only), and answers 503 rather than without them."""
+    lost the file holding 3 and 4 (in the newer versions only), and answers 503 rather than without them."""
     data, path = lee_with_log(lee_data_dir, tmp_path)
     reading, idle = attached(data), attached(data)
     append(path, lee_docs, 0, 2)  # 1, 2
@@ -61,19 +61,44 @@ def test_a_worker_one_cut_behind_reads_on_and_one_two_cuts_behind_answers_503(
     assert compact(data, "lee")["log_sequence"] == 6
     append(path, lee_docs, 6, 1)  # 7, to the file the second cut left
     assert written(reading, 7) == [True] * 7 and reading.delta.seq == 7
-    assert "up to sequence 6" in refused(idle)
-    assert "up to sequence 6" in refused(idle)  # until it loads the newest version
+    assert "up to sequence 4" in refused(idle)
+    assert "up to sequence 4" in refused(idle)  # until it loads the newest version
     newest = attached(data)
     assert written(newest, 7) == [False] * 6 + [True]  # 1..6 in the version, 7 in the log
     assert newest.delta.payload.find_rows([f"k/{i}" for i in range(6)]).min() >= 0
 
 
-def test_a_worker_two_cuts_behind_an_empty_log_refuses_its_reads_and_writes(
+def test_a_worker_two_cuts_behind_that_read_every_write_the_first_folded_reads_on(
     lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
 ) -> None:
-    """The second cut leaves the log empty: the worker two cuts behind learns from the newest version's manifest
-    that it lacks writes; it neither answers without them nor writes (the log stays empty), nor calls the next
-    write to the log damage."""
+    """A compaction by hand folds writes 1 and 2, which a worker on the first version had read, and cuts the log;
+    writes 3 and 4 follow, and the server's compaction folds them and cuts again, before the worker has loaded
+    either version (the server reloads after its own compaction only). Writes 3 and 4 are in the file the second
+    cut replaced: the worker reads them there and answers with every write, and writes after them, rather than
+    answer 503 as if it had lost some."""
+    data, path = lee_with_log(lee_data_dir, tmp_path)
+    idle = attached(data)
+    append(path, lee_docs, 0, 2)  # 1, 2
+    assert written(idle, 2) == [True, True]
+    assert compact(data, "lee")["log_sequence"] == 2
+    append(path, lee_docs, 2, 2)  # 3, 4
+    assert compact(data, "lee")["log_sequence"] == 4 and recovered(path) == []
+    assert written(idle, 4) == [True] * 4 and idle.delta.seq == 4
+    document = {"id": "k/4", "text": lee_docs.texts[4], "vector": lee_docs.vectors[4].tolist(), "fields": {}}
+    seq, _ = idle.write(lambda delta: ({"op": "upsert", "documents": [document]}, None), sync=True)
+    assert seq == 5 and [r.seq for r in recovered(path)] == [5]
+    assert written(idle, 5) == [True] * 5
+    assert written(attached(data), 5) == [False] * 4 + [True]  # 1..4 in the newest version, 5 in the log
+
+
+@pytest.mark.parametrize("replaced", ["kept", "emptied"])
+def test_a_worker_two_cuts_behind_an_empty_log_refuses_its_reads_and_writes(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, replaced: str
+) -> None:
+    """The second cut leaves the log empty: the worker two cuts behind, which lacks writes 3 and 4, learns it from
+    the file that cut replaced (which holds 5 and 6), or, when that was emptied (a write that found the disk full
+    took its room), from the newest version's manifest; it neither answers without them nor writes (the log stays
+    empty), nor calls the next write to the log damage."""
     data, path = lee_with_log(lee_data_dir, tmp_path)
     idle = attached(data)
     append(path, lee_docs, 0, 2)
@@ -83,13 +108,16 @@ def test_a_worker_two_cuts_behind_an_empty_log_refuses_its_reads_and_writes(
     append(path, lee_docs, 4, 2)
     compact(data, "lee")
     assert recovered(path) == []
-    assert "up to sequence 6" in refused(idle)
+    if replaced == "emptied":
+        assert writelog.empty_replaced(path) > 0
+    lacking = "up to sequence 4" if replaced == "kept" else "up to sequence 6"
+    assert lacking in refused(idle)
     document = {"id": "late/1", "text": lee_docs.texts[7], "vector": lee_docs.vectors[7].tolist(), "fields": {}}
     with pytest.raises(ApiError) as caught:
         idle.write(lambda delta: ({"op": "upsert", "documents": [document]}, None), sync=True)
     assert caught.value.code == "not_ready" and recovered(path) == []
     append(path, lee_docs, 6, 1)  # another worker's write, 7
-    assert "up to sequence 6" in refused(idle)
+    assert lacking in refused(idle)
 
 
 def _orphan_log(path: Path, lee: Lee) -> None:

@@ -34,7 +34,7 @@ from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
@@ -64,6 +64,9 @@ from bench.load import Request
 from index.build.sources import RawTable, glove_package
 from index.build.writer import build_table
 from index.store.rows import normalise
+
+if TYPE_CHECKING:
+    from service_client import Client
 
 K = 10
 M = 32
@@ -134,6 +137,16 @@ def package_versions(name: str) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[package] = "not installed"
     return out
+
+
+def service_client(base: str) -> tuple[Client, Callable[[], None]]:
+    """A new ``service_client.Client`` of embedding-serve at ``base`` (plain HTTP) and its close, for one of
+    :func:`throughput`'s clients: on an HTTP client without the TLS context httpx would otherwise load for each
+    (most of the CPU of making one, and ``CLIENTS`` are made per measurement)."""
+    from service_client import Client
+
+    http = httpx.Client(base_url=base, timeout=60.0, verify=False)
+    return Client(base, http=http), http.close
 
 
 # ------------------------------------------------------------------ the busy machine
@@ -346,10 +359,8 @@ class Ours(Side):
         return out
 
     def client(self) -> tuple[Search, Callable[[], None]]:
-        from service_client import Client
-
-        api = Client(self.base, timeout=60.0)
-        return (lambda v: [n.id for n in api.search(TABLE_NAME, v, k=K)]), api.close
+        api, close = service_client(self.base)
+        return (lambda v: [n.id for n in api.search(TABLE_NAME, v, k=K)]), close
 
     def raw_http(self, queries: np.ndarray) -> tuple[str, list[Request]] | None:
         path = f"/v1/tables/{TABLE_NAME}/search"

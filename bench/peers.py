@@ -155,6 +155,7 @@ import sys
 import numpy as np
 rng = np.random.default_rng(int(sys.argv[1]))
 a, b = rng.standard_normal((2, int(sys.argv[2]), int(sys.argv[2])))
+print(flush=True)  # imported: spinning from here on
 while True:
     a = np.tanh(a @ b)
 """
@@ -165,17 +166,22 @@ def background_load(processes: int = LOAD_PROCESSES) -> Iterator[dict[str, Any]]
     """``processes`` processes at this one's priority (normal), each spinning a seeded matrix product on one BLAS
     thread, until the block ends: a neighbour that computes on the same cores, the same for every side."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    spinners = [
-        subprocess.Popen([sys.executable, "-c", SPIN, str(LOAD_SEED + i), str(LOAD_SIZE)], env=env)
-        for i in range(processes)
-    ]
+    spinners: list[subprocess.Popen[str]] = []
     try:
-        time.sleep(0.5)  # imported and spinning
+        for i in range(processes):
+            argv = [sys.executable, "-c", SPIN, str(LOAD_SEED + i), str(LOAD_SIZE)]
+            spinners.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True))
+        for spinner in spinners:  # the block begins once every one spins, not after a guess at its import's time
+            assert spinner.stdout is not None
+            if not spinner.stdout.readline():
+                raise RuntimeError(f"a background load process ended before spinning (exit {spinner.wait(10)})")
         yield {"processes": processes, "pids": [p.pid for p in spinners]}
     finally:
         for spinner in spinners:
             spinner.kill()
             spinner.wait(10)
+            if spinner.stdout is not None:
+                spinner.stdout.close()
 
 
 # ------------------------------------------------------------------ the data

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import REPO, TABLE, Context, embedding_serve, free_port, median, serve, server_env, wait_idle
-from bench.peers import CLIENTS, K, background_load, throughput, tree_memory
+from bench.peers import CLIENTS, K, background_load, service_client, throughput, tree_memory
 from index.engine.table import Table
 
 
@@ -38,10 +38,8 @@ class Server:
         self.base, self.table = base, table
 
     def client(self) -> tuple[Callable[[np.ndarray], list[int]], Callable[[], None]]:
-        from service_client import Client
-
-        api = Client(self.base, timeout=60.0)
-        return (lambda v: [n.id for n in api.search(self.table, v.tolist(), k=K)]), api.close
+        api, close = service_client(self.base)
+        return (lambda v: [n.id for n in api.search(self.table, v.tolist(), k=K)]), close
 
 
 def one_query_p50(server: Server, queries: np.ndarray, seconds: float) -> float:

@@ -34,7 +34,7 @@ from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
@@ -64,6 +64,9 @@ from bench.load import Request
 from index.build.sources import RawTable, glove_package
 from index.build.writer import build_table
 from index.store.rows import normalise
+
+if TYPE_CHECKING:
+    from service_client import Client
 
 K = 10
 M = 32
@@ -136,12 +139,23 @@ def package_versions(name: str) -> dict[str, str]:
     return out
 
 
+def service_client(base: str) -> tuple[Client, Callable[[], None]]:
+    """A new ``service_client.Client`` of embedding-serve at ``base`` (plain HTTP) and its close, for one of
+    :func:`throughput`'s clients: on an HTTP client without the TLS context httpx would otherwise load for each
+    (most of the CPU of making one, and ``CLIENTS`` are made per measurement)."""
+    from service_client import Client
+
+    http = httpx.Client(base_url=base, timeout=60.0, verify=False)
+    return Client(base, http=http), http.close
+
+
 # ------------------------------------------------------------------ the busy machine
 SPIN = """
 import sys
 import numpy as np
 rng = np.random.default_rng(int(sys.argv[1]))
 a, b = rng.standard_normal((2, int(sys.argv[2]), int(sys.argv[2])))
+print(flush=True)  # imported: spinning from here on
 while True:
     a = np.tanh(a @ b)
 """
@@ -152,17 +166,22 @@ def background_load(processes: int = LOAD_PROCESSES) -> Iterator[dict[str, Any]]
     """``processes`` processes at this one's priority (normal), each spinning a seeded matrix product on one BLAS
     thread, until the block ends: a neighbour that computes on the same cores, the same for every side."""
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    spinners = [
-        subprocess.Popen([sys.executable, "-c", SPIN, str(LOAD_SEED + i), str(LOAD_SIZE)], env=env)
-        for i in range(processes)
-    ]
+    spinners: list[subprocess.Popen[str]] = []
     try:
-        time.sleep(0.5)  # imported and spinning
+        for i in range(processes):
+            argv = [sys.executable, "-c", SPIN, str(LOAD_SEED + i), str(LOAD_SIZE)]
+            spinners.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True))
+        for spinner in spinners:  # the block begins once every one spins, not after a guess at its import's time
+            assert spinner.stdout is not None
+            if not spinner.stdout.readline():
+                raise RuntimeError(f"a background load process ended before spinning (exit {spinner.wait(10)})")
         yield {"processes": processes, "pids": [p.pid for p in spinners]}
     finally:
         for spinner in spinners:
             spinner.kill()
             spinner.wait(10)
+            if spinner.stdout is not None:
+                spinner.stdout.close()
 
 
 # ------------------------------------------------------------------ the data
@@ -346,10 +365,8 @@ class Ours(Side):
         return out
 
     def client(self) -> tuple[Search, Callable[[], None]]:
-        from service_client import Client
-
-        api = Client(self.base, timeout=60.0)
-        return (lambda v: [n.id for n in api.search(TABLE_NAME, v, k=K)]), api.close
+        api, close = service_client(self.base)
+        return (lambda v: [n.id for n in api.search(TABLE_NAME, v, k=K)]), close
 
     def raw_http(self, queries: np.ndarray) -> tuple[str, list[Request]] | None:
         path = f"/v1/tables/{TABLE_NAME}/search"

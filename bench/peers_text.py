@@ -55,6 +55,7 @@ from bench.peers import (
     measured_rounds,
     package_versions,
     process,
+    service_client,
     tree_memory,
 )
 
@@ -150,14 +151,12 @@ class OursText(Ours):
         return out
 
     def client(self) -> tuple[Callable[[Any], list[int]], Callable[[], None]]:
-        from service_client import Client
-
-        api = Client(self.base, timeout=60.0)
+        api, close = service_client(self.base)
 
         def search(text: Any) -> list[int]:
             return [int(h.id) for h in api.search_documents(TABLE, k=K, text=str(text), fields=[]).hits]
 
-        return search, api.close
+        return search, close
 
     def raw_http(self, queries: np.ndarray) -> None:
         return None

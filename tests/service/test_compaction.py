@@ -148,6 +148,50 @@ def test_a_server_two_compactions_behind_answers_with_every_write(
         assert (writes["version_sequence"], writes["sequence"], writes["deleted"]) == (2, 3, 1)
 
 
+def test_a_server_that_lost_writes_to_two_compactions_loads_the_newest_version_itself(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """The server (not watching its data directory) answers writes 1 and 2; another process writes 3 and 4, a
+    compaction by hand folds 1..4 and cuts the log, 5 and 6 follow and a second compaction folds them and cuts again:
+    the file holding 3 and 4 is gone, so the server, still on the first version, has lost them and answers 503. It
+    loads the newest version by itself, without a signal: then it answers with every write, from that version, and
+    takes the next."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    path = writelog.log_path(data, "lee")
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+        url = f"{server.base}/v1/tables/lee"
+        for seq in (1, 2):  # answered 200 by the server
+            body = {"ids": [lee_docs.ids[seq]]}
+            deleted = real_server.HTTP.post(f"{url}/documents/delete", json=body, headers=HEADERS)
+            assert deleted.status_code == 200 and deleted.json()["sequence"] == seq, deleted.text
+        with writelog.appending(path) as log:  # another process's writes, which the server never reads
+            for seq in (3, 4):
+                log.append(seq, {"op": "delete", "ids": [lee_docs.ids[seq]]})
+        assert run_cli("compact", "lee", "--data-dir", data).code == 0  # folds 1..4, cuts the log
+        with writelog.appending(path) as log:
+            for seq in (5, 6):
+                log.append(seq, {"op": "delete", "ids": [lee_docs.ids[seq]]})
+        assert run_cli("compact", "lee", "--data-dir", data).code == 0  # folds 5 and 6, cuts again: 3 and 4 gone
+        assert artifact.read_manifest(data / "lee")["log_sequence"] == 6 and recovered(path) == []
+        behind = real_server.HTTP.get(url)
+        assert behind.status_code == 503, behind.text
+        assert behind.json()["error"]["code"] == "not_ready"
+        assert "up to sequence 4" in behind.json()["error"]["message"]
+        real_server.wait_for(lambda: real_server.HTTP.get(url).status_code == 200, what="the newest version")
+        summary = real_server.HTTP.get(url).json()
+        assert summary["rows"] == 294
+        assert (summary["writes"]["version_sequence"], summary["writes"]["sequence"]) == (6, 6)
+        found = real_server.HTTP.post(f"{url}/documents/get", json={"ids": lee_docs.ids[:8]})
+        assert found.status_code == 200, found.text
+        assert [document["id"] for document in found.json()["documents"]] == [lee_docs.ids[0], lee_docs.ids[7]]
+        deleted = real_server.HTTP.post(f"{url}/documents/delete", json={"ids": [lee_docs.ids[7]]}, headers=HEADERS)
+        assert deleted.status_code == 200 and deleted.json()["sequence"] == 7, deleted.text
+        assert [r.seq for r in recovered(path)] == [7]
+        assert server.log().count("a newer version holds writes this worker lacks") == 1
+
+
 def deleted_files(pid: int) -> list[str]:
     """The files process ``pid`` holds open (each mapped array keeps a descriptor) that were deleted meanwhile."""
     held = []

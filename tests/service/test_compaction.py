@@ -202,6 +202,32 @@ def test_a_server_that_lost_writes_to_two_compactions_loads_the_newest_version_i
         assert server.log().count("a newer version holds writes this worker lacks") == 1
 
 
+def test_each_worker_that_lost_writes_loads_the_newest_version_itself(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """Under --workers 2 each worker finds itself behind at its own first request and loads the newest version for
+    itself (a request on a new connection reaches either worker)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    env = {"EMBEDDING_WRITE_KEYS": KEY}
+    with real_server.running(data, tmp_path / "serve.log", "--workers", "2", env=env) as server:
+        url = f"{server.base}/v1/tables/lee"
+        lose_writes_to_two_compactions(data, url, lee_docs)
+
+        def both_loaded() -> bool:
+            answer = httpx.get(url, timeout=10)
+            assert answer.status_code == 200 or "up to sequence 4" in answer.json()["error"]["message"], answer.text
+            return server.log().count("a newer version holds writes this worker lacks") == 2
+
+        real_server.wait_for(both_loaded, what="both workers to load the newest version")
+        real_server.wait_for(
+            lambda: all(httpx.get(url, timeout=10).status_code == 200 for _ in range(10)), what="the newest version"
+        )
+        assert {httpx.get(url, timeout=10).json()["rows"] for _ in range(20)} == {294}
+        assert server.log().count("a newer version holds writes this worker lacks") == 2
+
+
 @pytest.mark.parametrize("then", ["repaired", "removed"])
 def test_a_server_behind_a_damaged_version_backs_off_until_it_is_repaired_or_removed(
     lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, then: str

@@ -28,6 +28,7 @@ from tests.lee import Lee, write_jsonl
 from tests.logs import recovered
 from tests.service import real_server
 from tests.service.conftest import LEE_SHARDS, client_for, lee_copy
+from tests.service.test_compaction_faults import lee_with_log
 from tests.service.test_live_search import HEADERS, KEY, QUERIES, as_write, hits_of, ranked, resolve, written
 
 
@@ -170,6 +171,9 @@ def lose_writes_to_two_compactions(data: Path, url: str, lee_docs: Lee) -> None:
     assert artifact.read_manifest(data / "lee")["log_sequence"] == 6 and recovered(path) == []
 
 
+BEHIND = "a newer version holds writes this worker lacks"  # the server's line as a worker behind reloads
+
+
 def behind_503(url: str) -> None:
     answer = real_server.HTTP.get(url)
     assert answer.status_code == 503, answer.text
@@ -182,9 +186,7 @@ def test_a_server_that_lost_writes_to_two_compactions_loads_the_newest_version_i
 ) -> None:
     """A server that lost writes to two compactions answers 503, then loads the newest version by itself, without
     a signal: it answers with every write, from that version, and takes the next."""
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    data, _ = lee_with_log(lee_data_dir, tmp_path)
     with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
         url = f"{server.base}/v1/tables/lee"
         lose_writes_to_two_compactions(data, url, lee_docs)
@@ -199,7 +201,7 @@ def test_a_server_that_lost_writes_to_two_compactions_loads_the_newest_version_i
         deleted = real_server.HTTP.post(f"{url}/documents/delete", json={"ids": [lee_docs.ids[7]]}, headers=HEADERS)
         assert deleted.status_code == 200 and deleted.json()["sequence"] == 7, deleted.text
         assert [r.seq for r in recovered(writelog.log_path(data, "lee"))] == [7]
-        assert server.log().count("a newer version holds writes this worker lacks") == 1
+        assert server.log().count(BEHIND) == 1
 
 
 def test_each_worker_that_lost_writes_loads_the_newest_version_itself(
@@ -207,9 +209,7 @@ def test_each_worker_that_lost_writes_loads_the_newest_version_itself(
 ) -> None:
     """Under --workers 2 each worker finds itself behind at its own first request and loads the newest version for
     itself (a request on a new connection reaches either worker)."""
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    data, _ = lee_with_log(lee_data_dir, tmp_path)
     env = {"EMBEDDING_WRITE_KEYS": KEY}
     with real_server.running(data, tmp_path / "serve.log", "--workers", "2", env=env) as server:
         url = f"{server.base}/v1/tables/lee"
@@ -218,14 +218,14 @@ def test_each_worker_that_lost_writes_loads_the_newest_version_itself(
         def both_loaded() -> bool:
             answer = httpx.get(url, timeout=10)
             assert answer.status_code == 200 or "up to sequence 4" in answer.json()["error"]["message"], answer.text
-            return server.log().count("a newer version holds writes this worker lacks") == 2
+            return server.log().count(BEHIND) == 2
 
         real_server.wait_for(both_loaded, what="both workers to load the newest version")
         real_server.wait_for(
             lambda: all(httpx.get(url, timeout=10).status_code == 200 for _ in range(10)), what="the newest version"
         )
         assert {httpx.get(url, timeout=10).json()["rows"] for _ in range(20)} == {294}
-        assert server.log().count("a newer version holds writes this worker lacks") == 2
+        assert server.log().count(BEHIND) == 2
 
 
 @pytest.mark.parametrize("then", ["repaired", "removed"])
@@ -235,9 +235,7 @@ def test_a_server_behind_a_damaged_version_backs_off_until_it_is_repaired_or_rem
     """The newest version's vectors are damaged: the server that lost writes stays on its version and answers 503,
     trying the reload again after waits that double (not at every request). Repaired, the version is loaded without
     a signal; removed, the table is dropped (404)."""
-    data = tmp_path / "data"
-    data.mkdir()
-    shutil.copytree(lee_data_dir / "lee", data / "lee")
+    data, _ = lee_with_log(lee_data_dir, tmp_path)
     with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
         url = f"{server.base}/v1/tables/lee"
         lose_writes_to_two_compactions(data, url, lee_docs)
@@ -250,7 +248,7 @@ def test_a_server_behind_a_damaged_version_backs_off_until_it_is_repaired_or_rem
         while time.monotonic() - polled < 4.0:  # reloads at 0, after 1 s and after 2 s more: 3 at most
             behind_503(url)
             time.sleep(0.02)
-        reloads = server.log().count("a newer version holds writes this worker lacks")
+        reloads = server.log().count(BEHIND)
         assert 2 <= reloads <= 3, server.log()
         assert "new files refused, still serving the version built at" in server.log()
         if then == "repaired":

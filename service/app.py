@@ -49,7 +49,7 @@ from service.http.request_id import RequestIdMiddleware
 from service.http.slashes import relative_slash_redirects
 from service.logs import format_from_env, log_urls, own_line
 from service.registry import Registry
-from service.reload import Reloader
+from service.reload import CatchUp, Reloader
 from service.respond import FastJSON
 from service.routers import ROUTERS
 from service.routers.embed import ROUTERS as EMBED_ROUTERS
@@ -123,6 +123,8 @@ def create_app(settings: Settings) -> FastAPI:
         del registry  # the app's state holds it, until a reload replaces it: then nothing else may
         reloader.loaded()
         watcher.start()  # a table published, rebuilt or removed in the data directory is reloaded (service.watch)
+        catch_up = CatchUp(reloader)
+        catch_up.start()  # a worker behind its table's writes loads the newer version (service.live)
         app.state.searcher = Searcher(settings.threads, settings.searcher_nice)  # light searches: see service.execute
         # What start-up made (modules, schemas, the tables' labels and metadata) lives as long as the server: kept out
         # of the collector's scans, which then walk only what requests make, and less often (a request's objects are
@@ -139,6 +141,7 @@ def create_app(settings: Settings) -> FastAPI:
             yield {"drain": drain, "metrics": metrics}
         finally:
             watcher.stop()
+            catch_up.stop()
             if draining:
                 drain.remove()
             if sighup:

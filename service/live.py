@@ -13,7 +13,9 @@ so a worker still on the older version reads on from it. A worker that misses tw
 between them: they came within one turn of the data directory's watcher, or it refused that version's files) reads on
 too when it had read every write the first of them folded: the later ones are in the file the second replaced, read
 by their sequence numbers. One that had not has lost writes that only newer versions now hold: its reads and writes
-of the table answer 503 ``not_ready`` until it has loaded the newest version, rather than answer without them.
+of the table answer 503 ``not_ready`` until it has loaded the newest version, rather than answer without them; it
+asks for that load itself (``when_behind``: the server's reload, ``service.reload.CatchUp``), so the 503 lasts as long
+as the load does, whether or not anything else (the data directory's watcher, a SIGHUP) reloads it.
 
 A shard served alone knows its place in its sharded table (``index.engine.door.shard_place``): it refuses a write
 of an id another shard owns (``service.writes.check_owned``), which would otherwise sit in the wrong shard's log.
@@ -46,11 +48,20 @@ log = logging.getLogger(__name__)
 _LIVE: weakref.WeakKeyDictionary[Table, Live] = weakref.WeakKeyDictionary()
 _SHARDED: weakref.WeakKeyDictionary[Table, Sharded] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
+_BEHIND: list[Callable[[str], None]] = []  # what a worker behind its table's writes calls to load the newer version
 REPLAY_LINE_SECONDS = 5.0  # between two lines of a long replay at load, as between the builder's progress lines
 
 
+def when_behind(load: Callable[[str], None] | None) -> None:
+    """Have ``load(table name)`` called (from any thread, at every read or write while it lasts) once a worker
+    finds it lacks writes only a newer version of the table holds; None: no longer."""
+    with _LOCK:
+        _BEHIND[:] = [load] if load is not None else []
+
+
 class Live:
-    def __init__(self, delta: Delta, path: Path, directory: Path, files: object = None) -> None:
+    def __init__(self, delta: Delta, path: Path, directory: Path, files: object = None, name: str = "") -> None:
+        self.name = name or directory.name  # the table's, as the registry serves it (a shard's: its sharded table's)
         self.path = path
         self.directory = directory  # the table's, whose manifest says which writes its version holds
         self.files = files  # the loaded version's files (their checksums), by which another import is told apart
@@ -173,8 +184,13 @@ class Live:
             self.behind = first - 1
 
     def _check_behind(self) -> None:
-        """The 503 of its table once the log no longer gives this state every write since its version."""
+        """The 503 of its table once the log no longer gives this state every write since its version; the newer
+        version's load asked for (``when_behind``)."""
         if self.behind:
+            with _LOCK:
+                load = _BEHIND[0] if _BEHIND else None
+            if load is not None:
+                load(self.name)
             raise ApiError(
                 "not_ready",
                 f"this worker serves an older version of table {self.directory.name!r}, and writes made since (up to "
@@ -183,7 +199,7 @@ class Live:
             )
 
 
-def _attach(table: Table, directory: Path) -> Live:
+def _attach(table: Table, directory: Path, name: str = "") -> Live:
     path = writelog.table_log(directory)
     where = f"table {directory.name!r}: write log {path.name}"
     size = path.stat().st_size if path.is_file() else 0
@@ -203,7 +219,7 @@ def _attach(table: Table, directory: Path) -> Live:
             counted(len(delta.documents), "document"),
             counted(int(delta.deleted.sum()), "row"),
         )
-    live = Live(delta, path, directory, table.manifest.get("files"))
+    live = Live(delta, path, directory, table.manifest.get("files"), name)
     live.inode = inode
     with _LOCK:
         _LIVE[table] = live
@@ -251,7 +267,7 @@ def attach(table: Table, directory: Path) -> None:
     a warning; a damaged record in the middle raises ``writelog.LogCorrupt``, naming it); of a sharded table,
     every shard's log."""
     if isinstance(table, ShardedTable) and table.payload is not None:  # a sharded word table takes no writes
-        lives = [_attach(shard, table.map.shard_directory(s)) for s, shard in enumerate(table.shards)]
+        lives = [_attach(shard, table.map.shard_directory(s), table.name) for s, shard in enumerate(table.shards)]
         with _LOCK:
             _SHARDED[table] = Sharded(table, lives)
     elif table.payload is not None:

@@ -4,6 +4,9 @@ A reload re-scans the data directory off the event loop, builds the next :class:
 publishes it with one assignment to ``app.state.registry``. Reloads run one at a time. Under
 ``embedding-serve --workers N`` the HTTP reload also signals the supervisor, which passes SIGHUP on to every
 worker, so all of them pick up the change.
+
+A worker that finds it lacks writes only a newer version of a table holds (``service.live``) reloads by itself
+(:class:`CatchUp`), each worker process for itself, without a signal.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from service import indexing
+from service import indexing, live
 from service.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -103,6 +106,59 @@ class Reloader:
             await self()
         except Exception:
             log.exception("reload after SIGHUP failed")
+
+
+class CatchUp:
+    """The reload a worker behind its table's writes asks for (``live.when_behind``): one at a time however many
+    requests ask meanwhile, run as SIGHUP's is. When it leaves the table behind (its new files refused: the
+    registry keeps the older version), the next waits ``FIRST_WAIT_SECONDS``, doubling to ``LONGEST_WAIT_SECONDS``,
+    so a version that cannot be loaded is not scanned for again at every request."""
+
+    FIRST_WAIT_SECONDS = 1.0
+    LONGEST_WAIT_SECONDS = 30.0
+
+    def __init__(self, reloader: Reloader) -> None:
+        self.reloader = reloader
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._running = False
+        self._wait = 0.0  # before the next reload after the last one (0: none since one loaded the table)
+        self._next = 0.0  # time.monotonic() before which no reload is started
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        live.when_behind(self.ask)
+
+    def stop(self) -> None:
+        live.when_behind(None)
+
+    def ask(self, name: str) -> None:
+        """Have the tables reloaded for table ``name``'s newer version (from any thread): at once, unless one such
+        reload runs or the wait after the last has not passed."""
+        with self._lock:
+            if self._loop is None or self._running or time.monotonic() < self._next:
+                return
+            self._running = True
+        self._loop.call_soon_threadsafe(self._spawn, name)
+
+    def _spawn(self, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._reload(name))
+        self._tasks.add(task)  # keep a reference until it is done
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reload(self, name: str) -> None:
+        log.info("table %r: a newer version holds writes this worker lacks: reloading the tables", name)
+        loaded = False
+        try:
+            loaded = name in (await self.reloader())["loaded"]
+        except Exception:
+            log.exception("reload for the newer version of table %r failed", name)
+        with self._lock:
+            self._running = False
+            longer = min(max(2 * self._wait, self.FIRST_WAIT_SECONDS), self.LONGEST_WAIT_SECONDS)
+            self._wait = 0.0 if loaded else longer
+            self._next = time.monotonic() + self._wait
 
 
 def signal_supervisor(app: FastAPI) -> bool:

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,14 @@ import httpx
 import numpy as np
 import pytest
 
-from index.store import artifact, writelog
+from index.engine.shard_writes import owner
+from index.store import artifact, shardmap, writelog
 from tests.cli import run_cli
 from tests.lee import Lee, write_jsonl
 from tests.logs import recovered
 from tests.service import real_server
-from tests.service.conftest import client_for
+from tests.service.conftest import LEE_SHARDS, client_for, lee_copy
+from tests.service.test_compaction_faults import lee_with_log
 from tests.service.test_live_search import HEADERS, KEY, QUERIES, as_write, hits_of, ranked, resolve, written
 
 
@@ -146,6 +149,144 @@ def test_a_server_two_compactions_behind_answers_with_every_write(
         real_server.wait_for(lambda: real_server.HTTP.get(url).json()["rows"] == 298, what="the newest version")
         writes = real_server.HTTP.get(url).json()["writes"]
         assert (writes["version_sequence"], writes["sequence"], writes["deleted"]) == (2, 3, 1)
+
+
+def lose_writes_to_two_compactions(data: Path, url: str, lee_docs: Lee) -> None:
+    """The server (not watching its data directory) answers writes 1 and 2; another process writes 3 and 4, a
+    compaction by hand folds 1..4 and cuts the log, 5 and 6 follow and a second compaction folds them and cuts again:
+    the file holding 3 and 4 is gone, so the server, still on the first version, has lost them."""
+    path = writelog.log_path(data, "lee")
+    for seq in (1, 2):  # answered 200 by the server
+        body = {"ids": [lee_docs.ids[seq]]}
+        deleted = real_server.HTTP.post(f"{url}/documents/delete", json=body, headers=HEADERS)
+        assert deleted.status_code == 200 and deleted.json()["sequence"] == seq, deleted.text
+    with writelog.appending(path) as log:  # another process's writes, which the server never reads
+        for seq in (3, 4):
+            log.append(seq, {"op": "delete", "ids": [lee_docs.ids[seq]]})
+    assert run_cli("compact", "lee", "--data-dir", data).code == 0  # folds 1..4, cuts the log
+    with writelog.appending(path) as log:
+        for seq in (5, 6):
+            log.append(seq, {"op": "delete", "ids": [lee_docs.ids[seq]]})
+    assert run_cli("compact", "lee", "--data-dir", data).code == 0  # folds 5 and 6, cuts again: 3 and 4 gone
+    assert artifact.read_manifest(data / "lee")["log_sequence"] == 6 and recovered(path) == []
+
+
+BEHIND = "a newer version holds writes this worker lacks"  # the server's line as a worker behind reloads
+
+
+def behind_503(url: str) -> None:
+    answer = real_server.HTTP.get(url)
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "not_ready"
+    assert "up to sequence 4" in answer.json()["error"]["message"]
+
+
+def test_a_server_that_lost_writes_to_two_compactions_loads_the_newest_version_itself(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """A server that lost writes to two compactions answers 503, then loads the newest version by itself, without
+    a signal: it answers with every write, from that version, and takes the next."""
+    data, _ = lee_with_log(lee_data_dir, tmp_path)
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+        url = f"{server.base}/v1/tables/lee"
+        lose_writes_to_two_compactions(data, url, lee_docs)
+        behind_503(url)
+        real_server.wait_for(lambda: real_server.HTTP.get(url).status_code == 200, what="the newest version")
+        summary = real_server.HTTP.get(url).json()
+        assert summary["rows"] == 294
+        assert (summary["writes"]["version_sequence"], summary["writes"]["sequence"]) == (6, 6)
+        found = real_server.HTTP.post(f"{url}/documents/get", json={"ids": lee_docs.ids[:8]})
+        assert found.status_code == 200, found.text
+        assert [document["id"] for document in found.json()["documents"]] == [lee_docs.ids[0], lee_docs.ids[7]]
+        deleted = real_server.HTTP.post(f"{url}/documents/delete", json={"ids": [lee_docs.ids[7]]}, headers=HEADERS)
+        assert deleted.status_code == 200 and deleted.json()["sequence"] == 7, deleted.text
+        assert [r.seq for r in recovered(writelog.log_path(data, "lee"))] == [7]
+        assert server.log().count(BEHIND) == 1
+
+
+def test_each_worker_that_lost_writes_loads_the_newest_version_itself(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """Under --workers 2 each worker finds itself behind at its own first request and loads the newest version for
+    itself (a request on a new connection reaches either worker)."""
+    data, _ = lee_with_log(lee_data_dir, tmp_path)
+    env = {"EMBEDDING_WRITE_KEYS": KEY}
+    with real_server.running(data, tmp_path / "serve.log", "--workers", "2", env=env) as server:
+        url = f"{server.base}/v1/tables/lee"
+        lose_writes_to_two_compactions(data, url, lee_docs)
+
+        def both_loaded() -> bool:
+            answer = httpx.get(url, timeout=10)
+            assert answer.status_code == 200 or "up to sequence 4" in answer.json()["error"]["message"], answer.text
+            return server.log().count(BEHIND) == 2
+
+        real_server.wait_for(both_loaded, what="both workers to load the newest version")
+        real_server.wait_for(
+            lambda: all(httpx.get(url, timeout=10).status_code == 200 for _ in range(10)), what="the newest version"
+        )
+        assert {httpx.get(url, timeout=10).json()["rows"] for _ in range(20)} == {294}
+        assert server.log().count(BEHIND) == 2
+
+
+@pytest.mark.parametrize("then", ["repaired", "removed"])
+def test_a_server_behind_a_damaged_version_backs_off_until_it_is_repaired_or_removed(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, then: str
+) -> None:
+    """The newest version's vectors are damaged: the server that lost writes stays on its version and answers 503,
+    trying the reload again after waits that double (not at every request). Repaired, the version is loaded without
+    a signal; removed, the table is dropped (404)."""
+    data, _ = lee_with_log(lee_data_dir, tmp_path)
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+        url = f"{server.base}/v1/tables/lee"
+        lose_writes_to_two_compactions(data, url, lee_docs)
+        vectors = data / "lee" / "vectors.npy"
+        good = vectors.read_bytes()
+        with vectors.open("r+b") as file:  # in place: the last value's bytes flipped
+            file.seek(-4, os.SEEK_END)
+            file.write(bytes(b ^ 0xFF for b in good[-4:]))
+        polled = time.monotonic()
+        while time.monotonic() - polled < 4.0:  # reloads at 0, after 1 s and after 2 s more: 3 at most
+            behind_503(url)
+            time.sleep(0.02)
+        reloads = server.log().count(BEHIND)
+        assert 2 <= reloads <= 3, server.log()
+        assert "new files refused, still serving the version built at" in server.log()
+        if then == "repaired":
+            vectors.write_bytes(good)
+            real_server.wait_for(lambda: real_server.HTTP.get(url).status_code == 200, what="the repaired version")
+            summary = real_server.HTTP.get(url).json()
+            assert (summary["rows"], summary["writes"]["version_sequence"]) == (294, 6)
+        else:
+            assert run_cli("remove", "lee", "--data-dir", data).code == 0
+            real_server.wait_for(lambda: real_server.HTTP.get(url).status_code == 404, what="the table dropped")
+            assert real_server.HTTP.get(url).json()["error"]["code"] == "unknown_table"
+
+
+def test_a_server_of_a_sharded_table_that_lost_a_shards_writes_loads_the_newest_version_itself(
+    lee_imports: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """The same with Lee as shards served whole: one shard's log loses writes 3 and 4 to two compactions of the
+    table; the server loads the table's newest version by itself, every shard's writes in it."""
+    data = lee_copy(lee_imports, "plain", "sharded", tmp_path / "data")
+    ids = [ident for ident in lee_docs.ids if owner(ident, LEE_SHARDS) == 0][:7]
+    path = writelog.table_log(data / "lee" / shardmap.shard_name(0))
+    with real_server.running(data, tmp_path / "serve.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+        url = f"{server.base}/v1/tables/lee"
+        for seq in (1, 2):
+            deleted = real_server.HTTP.post(f"{url}/documents/delete", json={"ids": [ids[seq]]}, headers=HEADERS)
+            assert deleted.status_code == 200, deleted.text
+        for folded in (4, 6):  # another process's two writes to shard 0, then a compaction of the table
+            with writelog.appending(path) as log:
+                for seq in (folded - 1, folded):
+                    log.append(seq, {"op": "delete", "ids": [ids[seq]]})
+            assert run_cli("compact", "lee", "--data-dir", data).code == 0
+        behind_503(url)
+        real_server.wait_for(lambda: real_server.HTTP.get(url).status_code == 200, what="the newest version")
+        assert real_server.HTTP.get(url).json()["rows"] == 294
+        found = real_server.HTTP.post(f"{url}/documents/get", json={"ids": ids})
+        assert found.status_code == 200, found.text
+        assert [document["id"] for document in found.json()["documents"]] == [ids[0]]
+        assert server.log().count("table 'lee': a newer version holds writes this worker lacks") == 1
 
 
 def deleted_files(pid: int) -> list[str]:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 INTERVAL = 5.0  # seconds between two lines when stderr is not a terminal (0: a line at each step forward, no clock)
 BAR_SECONDS = 1.0  # how often a bar is redrawn while its count does not move (its elapsed time, its rate)
 _WRITING = threading.Lock()  # one line at a time on the stream, whichever thread writes it
+_STATUS = threading.Lock()  # one status file write at a time: a step's clock and the builder's own thread write it
 
 
 class _Config:
@@ -69,7 +70,8 @@ def note(message: str) -> None:
         say(message)
     if CONFIG.status_file is not None:
         step = {"state": "running", "step": message.removesuffix(" ..."), "done": 0.0}
-        write_status(CONFIG.status_file, {**step, **cost()})
+        with _STATUS:  # the state written last is the latest: a step's clock may be writing its own meanwhile
+            write_status(CONFIG.status_file, {**step, **cost()})
 
 
 def warn(message: str) -> None:
@@ -241,22 +243,24 @@ class Progress:
     def _status(self, extra: dict[str, Any]) -> None:
         if CONFIG.status_file is None or self.log is not None:
             return
-        left = self.left()
-        write_status(
-            CONFIG.status_file,
-            {
-                "step": self.step,
-                "done": round(self.fraction(), 4),
-                "seconds_left": None if left is None else round(left, 1),
-                **extra,
-                **cost(),
-            },
-        )
+        with _STATUS:
+            left = self.left()
+            write_status(
+                CONFIG.status_file,
+                {
+                    "step": self.step,
+                    "done": round(self.fraction(), 4),
+                    "seconds_left": None if left is None else round(left, 1),
+                    **extra,
+                    **cost(),
+                },
+            )
 
 
 def write_status(path: Path, status: dict[str, Any]) -> None:
-    """Replace the status file in one rename, so a reader never sees half of it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    """Replace the status file in one rename, so a reader never sees half of it (each thread through its own
+    temporary file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     try:
         tmp.write_text(json.dumps(status))
         os.replace(tmp, path)

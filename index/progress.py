@@ -16,6 +16,7 @@ elapsed and CPU seconds, and what :func:`record` adds, such as the estimated bui
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import sys
@@ -152,19 +153,25 @@ class Progress:
         self._status({"state": "running"})
         self._ended = threading.Event()
         self._clock: threading.Thread | None = None
-        if (self.lines or CONFIG.status_file is not None) and CONFIG.interval > 0:  # interval 0: each step forward
-            self._clock = threading.Thread(target=self._tick, name=f"progress: {step}", daemon=True)
-            self._clock.start()
 
     def __enter__(self) -> Progress:
+        if (self.lines or CONFIG.status_file is not None) and CONFIG.interval > 0:  # interval 0: each step forward
+            # the caller's context variables too: a server's lines name the request they are of
+            run = contextvars.copy_context().run
+            self._clock = threading.Thread(target=run, args=(self._tick,), name=f"progress: {self.step}", daemon=True)
+            with _CLOCKS_HELD:
+                _CLOCKS.add(self)
+            try:
+                self._clock.start()
+            except BaseException:  # an interrupt while it starts: the step never began, nor does its clock
+                self._end_clock()
+                raise
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None
     ) -> None:
-        self._ended.set()
-        if self._clock is not None:
-            self._clock.join()
+        self._end_clock()
         if kind is None:
             self.done = max(self.done, self.total or 0.0)
         if self._bar is not None:
@@ -173,6 +180,13 @@ class Progress:
             self._bar.close()
         elif self.lines and kind is None and (self.log is None or self.said):
             self._line(final=True)
+
+    def _end_clock(self) -> None:
+        self._ended.set()
+        if self._clock is not None and self._clock.is_alive():  # one not yet running ends as it starts
+            self._clock.join()
+        with _CLOCKS_HELD:
+            _CLOCKS.discard(self)
 
     def advance(self, n: float = 1) -> None:
         self.done += n
@@ -255,6 +269,19 @@ class Progress:
                     **cost(),
                 },
             )
+
+
+_CLOCKS: set[Progress] = set()  # the steps whose clock runs
+_CLOCKS_HELD = threading.Lock()
+
+
+def end_clocks() -> None:
+    """End every step's clock still running: a step that an interrupt (Ctrl-C, or SIGTERM taken as one) stopped on
+    its way out of its block, before its own end ended its clock, writes nothing after the command's last line."""
+    with _CLOCKS_HELD:
+        running = list(_CLOCKS)
+    for step in running:
+        step._end_clock()
 
 
 def write_status(path: Path, status: dict[str, Any]) -> None:

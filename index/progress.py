@@ -129,8 +129,10 @@ class Progress:
     """One step of ``total`` units (rows, bytes, epochs): ``advance(n)`` as work gets done; ``total=None`` for a
     step whose length is unknown (its lines say how long it has run).
 
-    Use as a context manager; the closing line (or the bar's last state) is written on exit. While it runs, a
-    thread says where it is every ``CONFIG.interval`` seconds (a line, the bar's refresh, the status file).
+    Use as a context manager; the closing line (or the bar's last state) is written on exit. While its block runs,
+    a thread says where it is every ``CONFIG.interval`` seconds (a line, the bar's refresh, the status file), in
+    the context variables of the thread that entered it (a server's request id); :func:`end_clocks` ends those an
+    interrupt left running.
     """
 
     def __init__(self, step: str, total: float | None, unit: str = "rows", log: logging.Logger | None = None) -> None:

@@ -16,6 +16,7 @@ elapsed and CPU seconds, and what :func:`record` adds, such as the estimated bui
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import sys
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 INTERVAL = 5.0  # seconds between two lines when stderr is not a terminal (0: a line at each step forward, no clock)
 BAR_SECONDS = 1.0  # how often a bar is redrawn while its count does not move (its elapsed time, its rate)
 _WRITING = threading.Lock()  # one line at a time on the stream, whichever thread writes it
+_STATUS = threading.Lock()  # one status file write at a time: a step's clock and the builder's own thread write it
 
 
 class _Config:
@@ -69,7 +71,8 @@ def note(message: str) -> None:
         say(message)
     if CONFIG.status_file is not None:
         step = {"state": "running", "step": message.removesuffix(" ..."), "done": 0.0}
-        write_status(CONFIG.status_file, {**step, **cost()})
+        with _STATUS:  # the state written last is the latest: a step's clock may be writing its own meanwhile
+            write_status(CONFIG.status_file, {**step, **cost()})
 
 
 def warn(message: str) -> None:
@@ -126,8 +129,10 @@ class Progress:
     """One step of ``total`` units (rows, bytes, epochs): ``advance(n)`` as work gets done; ``total=None`` for a
     step whose length is unknown (its lines say how long it has run).
 
-    Use as a context manager; the closing line (or the bar's last state) is written on exit. While it runs, a
-    thread says where it is every ``CONFIG.interval`` seconds (a line, the bar's refresh, the status file).
+    Use as a context manager; the closing line (or the bar's last state) is written on exit. While its block runs,
+    a thread says where it is every ``CONFIG.interval`` seconds (a line, the bar's refresh, the status file), in
+    the context variables of the thread that entered it (a server's request id); :func:`end_clocks` ends those an
+    interrupt left running.
     """
 
     def __init__(self, step: str, total: float | None, unit: str = "rows", log: logging.Logger | None = None) -> None:
@@ -150,19 +155,25 @@ class Progress:
         self._status({"state": "running"})
         self._ended = threading.Event()
         self._clock: threading.Thread | None = None
-        if (self.lines or CONFIG.status_file is not None) and CONFIG.interval > 0:  # interval 0: each step forward
-            self._clock = threading.Thread(target=self._tick, name=f"progress: {step}", daemon=True)
-            self._clock.start()
 
     def __enter__(self) -> Progress:
+        if (self.lines or CONFIG.status_file is not None) and CONFIG.interval > 0:  # interval 0: each step forward
+            # the caller's context variables too: a server's lines name the request they are of
+            run = contextvars.copy_context().run
+            self._clock = threading.Thread(target=run, args=(self._tick,), name=f"progress: {self.step}", daemon=True)
+            with _CLOCKS_HELD:
+                _CLOCKS.add(self)
+            try:
+                self._clock.start()
+            except BaseException:  # an interrupt while it starts: the step never began, nor does its clock
+                self._end_clock()
+                raise
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None
     ) -> None:
-        self._ended.set()
-        if self._clock is not None:
-            self._clock.join()
+        self._end_clock()
         if kind is None:
             self.done = max(self.done, self.total or 0.0)
         if self._bar is not None:
@@ -171,6 +182,13 @@ class Progress:
             self._bar.close()
         elif self.lines and kind is None and (self.log is None or self.said):
             self._line(final=True)
+
+    def _end_clock(self) -> None:
+        self._ended.set()
+        if self._clock is not None and self._clock.is_alive():  # one not yet running ends as it starts
+            self._clock.join()
+        with _CLOCKS_HELD:
+            _CLOCKS.discard(self)
 
     def advance(self, n: float = 1) -> None:
         self.done += n
@@ -241,22 +259,37 @@ class Progress:
     def _status(self, extra: dict[str, Any]) -> None:
         if CONFIG.status_file is None or self.log is not None:
             return
-        left = self.left()
-        write_status(
-            CONFIG.status_file,
-            {
-                "step": self.step,
-                "done": round(self.fraction(), 4),
-                "seconds_left": None if left is None else round(left, 1),
-                **extra,
-                **cost(),
-            },
-        )
+        with _STATUS:
+            left = self.left()
+            write_status(
+                CONFIG.status_file,
+                {
+                    "step": self.step,
+                    "done": round(self.fraction(), 4),
+                    "seconds_left": None if left is None else round(left, 1),
+                    **extra,
+                    **cost(),
+                },
+            )
+
+
+_CLOCKS: set[Progress] = set()  # the steps whose clock runs
+_CLOCKS_HELD = threading.Lock()
+
+
+def end_clocks() -> None:
+    """End every step's clock still running: a step that an interrupt (Ctrl-C, or SIGTERM taken as one) stopped on
+    its way out of its block, before its own end ended its clock, writes nothing after the command's last line."""
+    with _CLOCKS_HELD:
+        running = list(_CLOCKS)
+    for step in running:
+        step._end_clock()
 
 
 def write_status(path: Path, status: dict[str, Any]) -> None:
-    """Replace the status file in one rename, so a reader never sees half of it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    """Replace the status file in one rename, so a reader never sees half of it (each thread through its own
+    temporary file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     try:
         tmp.write_text(json.dumps(status))
         os.replace(tmp, path)

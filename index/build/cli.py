@@ -23,7 +23,7 @@ from index.build.sources import FORMATS, UNICODE_ERRORS, RawTable, text_codec
 from index.build.train import MAX_NEGATIVE, MAX_SENTENCE, MAX_WORKERS
 from index.engine.keyword import DEFAULT_STEMMER, DEFAULT_STOPWORDS
 from index.errors import ArtifactError, EmbeddingError, UnknownTable, counted
-from index.progress import Progress, note
+from index.progress import Progress, end_clocks, note
 from index.store import artifact, writelog
 
 app = typer.Typer(
@@ -1015,7 +1015,10 @@ def main() -> None:
     """Entry point: run the command, turning known errors into one line and exit status 1."""
     artifact.changed = []
     try:
-        app()
+        try:
+            app()
+        finally:
+            end_clocks()  # those of steps an interrupt left on their way out: nothing is said after the last line
     except EmbeddingError as exc:
         typer.echo(f"embedding-index: error: {exc.message}{_done_before()}", err=True)
         sys.exit(1)

@@ -222,8 +222,8 @@ def tsne_layout(
             callbacks_every_iters=STOP_EVERY_ITERS,
         )
         points = np.asarray(tsne.fit(data), dtype=np.float32)  # a stop cuts each phase short (openTSNE logs it)
-    if stop is not None and stop():
-        raise Abandoned("the t-SNE layout was abandoned: no one waits for it")
+        if stop is not None and stop():  # within the step: an abandoned one is not said done
+            raise Abandoned("the t-SNE layout was abandoned: no one waits for it")
     import openTSNE
 
     params = {

@@ -26,7 +26,7 @@ from index.engine.layout import (
     umap_projection,
 )
 from index.engine.table import Table
-from index.errors import InvalidQuery, UnknownToken
+from index.errors import Abandoned, InvalidQuery, UnknownToken
 
 GROUPS = {  # the explorer's opening word map
     "colours": "red green blue yellow purple orange",
@@ -140,7 +140,8 @@ def test_a_long_tsne_logs_its_iterations_and_a_long_umap_its_time(
     import umap
 
     with caplog.at_level(logging.INFO, logger=layouts.__name__):
-        tsne_projection(rows)  # the default interval, 5 s: quicker than it
+        monkeypatch.setattr(progress.CONFIG, "interval", 3600.0)  # quicker than it on any machine, however busy
+        tsne_projection(rows)
         assert caplog.messages == []
         monkeypatch.setattr(progress.CONFIG, "interval", 0.0)  # a line at every step forward
         tsne_projection(rows)
@@ -166,6 +167,23 @@ def test_a_long_tsne_logs_its_iterations_and_a_long_umap_its_time(
     *running, last = caplog.messages
     assert len(running) >= 2 and all(re.fullmatch(r"UMAP of 10 rows: \S+ so far", m) for m in running), running
     assert last.startswith("UMAP of 10 rows: done in "), last
+
+
+def test_an_abandoned_tsne_is_not_said_done(
+    rows: np.ndarray, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A projection whose client went stops within a few iterations: its step ends with the refusal, not with a
+    line saying all its iterations were done."""
+    asked = []
+
+    def stop() -> bool:
+        asked.append(True)
+        return len(asked) > 2
+
+    monkeypatch.setattr(progress.CONFIG, "interval", 0.0)  # a line at each step forward
+    with caplog.at_level(logging.INFO, logger=layouts.__name__), pytest.raises(Abandoned):
+        tsne_projection(rows, stop=stop)
+    assert caplog.messages and not [message for message in caplog.messages if "done" in message], caplog.messages
 
 
 @pytest.mark.parametrize(("project", "name"), [(tsne_projection, "t-SNE"), (umap_projection, "UMAP")])

@@ -291,7 +291,7 @@ class Server:
 
 
 def wait_ready(process: subprocess.Popen[bytes], url: str, log: Any, timeout: float = START_SECONDS) -> float:
-    """Poll ``url`` until it answers 200; seconds since ``process`` was spawned (measured by the caller)."""
+    """Poll ``url`` until it answers 200; the seconds this waited (from its call, not from the spawn)."""
     with httpx.Client(timeout=POLL_SECONDS) as client:
         return wait_until(
             process,

@@ -23,6 +23,7 @@ import pytest
 
 from index.engine.shard_writes import owner
 from index.store import artifact, shardmap, writelog
+from service.reload import CatchUp
 from tests.cli import run_cli
 from tests.lee import Lee, write_jsonl
 from tests.logs import recovered
@@ -244,8 +245,9 @@ def test_a_server_behind_a_damaged_version_backs_off_until_it_is_repaired_or_rem
         with vectors.open("r+b") as file:  # in place: the last value's bytes flipped
             file.seek(-4, os.SEEK_END)
             file.write(bytes(b ^ 0xFF for b in good[-4:]))
+        # the reloads' first wait, then twice that: a window of four first waits holds three reloads at most
         polled = time.monotonic()
-        while time.monotonic() - polled < 4.0:  # reloads at 0, after 1 s and after 2 s more: 3 at most
+        while time.monotonic() - polled < 4 * CatchUp.FIRST_WAIT_SECONDS:
             behind_503(url)
             time.sleep(0.02)
         reloads = server.log().count(BEHIND)

@@ -35,7 +35,7 @@ def faiss_warnings() -> Iterator[None]:
             yield
             return
         os.dup2(held.fileno(), 2)
-        # the builder's own lines meanwhile, as they come (in stderr's encoding errors)
+        # the builder's own lines meanwhile, as they come; a character it cannot encode escaped, as sys.stderr does
         own = open(saved, "w", closefd=False, errors="backslashreplace")  # noqa: SIM115
         previous, CONFIG.stream = CONFIG.stream, CONFIG.stream or own
         try:

@@ -11,14 +11,23 @@ instead, and only once it has lasted ``INTERVAL`` seconds: a short one says noth
 ``configure(status_file=...)`` also keeps the latest state of the running step in a small JSON file, which
 ``embedding-serve`` reads to say what it is building, how far it is and what it has cost so far (its nice level,
 elapsed and CPU seconds, and what :func:`record` adds, such as the estimated build time).
+
+A line that cannot be written (nobody reads the stream any more: ``2>&1 | head -1``, a log collector that died, a
+closed terminal) is dropped, from a step's clock as from the builder's own thread, and the work goes on: a table is
+what a build is run for, and its progress is no reason to throw the table away (a bar is tqdm's, which stops
+drawing so). The server's background child (``configure(background=True)``) stops instead, as the server's SIGTERM
+stops it: its reader is the server, which reads no more only once it is gone (killed outright), and the next
+start builds again.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import contextvars
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -40,6 +49,8 @@ class _Config:
     status_file: Path | None = None
     interval = INTERVAL
     stream: TextIO | None = None  # None: sys.stderr at the time of writing
+    background = False  # the server's child: it stops when its lines cannot be written
+    unread = False  # a line could not be written (the background child's stop asked for once)
     started = time.monotonic()
     facts: dict[str, Any] = {}  # noqa: RUF012  # one process-wide configuration
 
@@ -53,11 +64,15 @@ def configure(
     status_file: Path | None = None,
     interval: float | None = None,
     whole_process: bool = False,
+    background: bool | None = None,
 ) -> None:
     """``whole_process``: the build is this process (the command line), so its elapsed seconds count from the
-    process's start, imports included; else from now."""
+    process's start, imports included; else from now. ``background``: the server's child, whose reader is the
+    server (see the module's notes)."""
     if quiet is not None:
         CONFIG.quiet = quiet
+    if background is not None:
+        CONFIG.background, CONFIG.unread = background, False
     if status_file is not None:
         CONFIG.status_file = Path(status_file)
         CONFIG.started = time.monotonic() - (_process_age() if whole_process else 0.0)
@@ -82,11 +97,23 @@ def warn(message: str) -> None:
 
 
 def say(text: str) -> None:
-    """``embedding-index: TEXT`` on stderr in one write, so that a step's thread never splits another's line."""
+    """``embedding-index: TEXT`` on stderr in one write, so that a step's thread never splits another's line; a
+    line nobody can read is dropped (see the module's notes)."""
     stream = CONFIG.stream or sys.stderr
     with _WRITING:
-        stream.write(f"embedding-index: {text}\n")
-        stream.flush()
+        try:
+            stream.write(f"embedding-index: {text}\n")
+            stream.flush()
+        except (OSError, ValueError):  # a pipe without reader (EPIPE), a terminal gone (EIO), a closed file
+            unread()
+
+
+def unread() -> None:
+    """A line could not be written: the server's background child stops as at the server's SIGTERM (an interrupt
+    in its main thread, whichever thread wrote), once; any other command goes on."""
+    if CONFIG.background and not CONFIG.unread:
+        CONFIG.unread = True
+        _thread.interrupt_main(signal.SIGTERM)
 
 
 def record(**facts: Any) -> None:

@@ -38,7 +38,7 @@ from index.errors import EVERY_DOCUMENT_DELETED, WAIT_LONGER
 from index.store import artifact, writelog
 from service.http.metrics import count_compaction
 from service.indexing import END_SECONDS, end
-from service.logs import cannot_look, child_ended, relay, said_once
+from service.logs import cannot_look, child_ended, relay, said_once, spawn
 
 log = logging.getLogger("service.compacting")
 CHILD_NICE = 10
@@ -254,7 +254,7 @@ class AutoCompaction:
         wait = self.retry_seconds(name)
         then = f"it keeps its version and its log, and is tried again in {wait:g}s"
         try:
-            self._child = child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            self._child = child = spawn(command)
         except OSError as exc:
             log.error("table %r: cannot start the compaction (%s); %s", name, exc, then)
             return Failed(at=time.monotonic(), wait=wait, version=self.version(name))

@@ -32,7 +32,7 @@ from typing import Any
 from index.engine.door import Table
 from index.store import artifact
 from index.store.artifact import read_status, write_status
-from service.logs import cannot_look, child_ended, relay, said_once
+from service.logs import cannot_look, child_ended, relay, said_once, spawn
 from service.settings import STATUS_VARIABLE
 from service.temp_dirs import INDEX_STATUS, locked_temp_dir
 
@@ -231,13 +231,7 @@ class IndexBuilds:
         command += ["--status-file", str(status), "index", name, "--data-dir", str(self.data_dir)]
         env = {**os.environ, "OMP_NUM_THREADS": str(os.cpu_count() or 1)}  # the build may use every core
         try:
-            self._child = child = subprocess.Popen(
-                command,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                env=env,
-            )
+            self._child = child = spawn(command, env)
         except OSError as exc:
             return exc
         log.info("table %r: building its index in the background (exact search until it is ready)", name)

@@ -140,6 +140,20 @@ def cannot_look(exc: OSError) -> str:
     return f"cannot look at the data directory now ({exc}); looking again at every turn"
 
 
+def spawn(command: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+    """A child process of the server whose lines :func:`relay` logs: stderr joined to stdout, read as UTF-8 with a
+    byte that is none written as its escape (``\\xe9``: a native library's message in Latin-1, a character cut by
+    the child's end), so that no line of the child's stops the relay or is lost."""
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        encoding="utf-8",
+        errors="backslashreplace",
+        env=env,
+    )
+
+
 def relay(child: subprocess.Popen[str], log: logging.Logger, name: str, stopping: Callable[[], bool]) -> str:
     """Each line of a child process of the server (a background index build, a compaction; stderr joined to its
     stdout) logged as table ``name``'s as it comes, its progress every few seconds among them, until the server

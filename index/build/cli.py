@@ -3,6 +3,7 @@ add a SIF component; list, inspect, verify, remove and evaluate tables."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -187,14 +188,15 @@ def options(
             "--background",
             hidden=True,
             help="Run as embedding-serve's background build or compaction: a Ctrl-C on the server's terminal is left "
-            "to the server, which stops this process itself with SIGTERM, taken as an interrupt.",
+            "to the server, which stops this process itself with SIGTERM, taken as an interrupt; so does a server gone "
+            "(killed outright), once a line of this process's finds no reader.",
         ),
     ] = False,
 ) -> None:
     from index import progress
 
     _threads_variable()
-    progress.configure(quiet=quiet, status_file=status_file, whole_process=True)
+    progress.configure(quiet=quiet, status_file=status_file, whole_process=True, background=background)
     if nice:
         os.nice(nice)
     if background:  # else the terminal's Ctrl-C reaches it too, and it says no table was built, of a table served
@@ -219,8 +221,15 @@ def _threads_variable() -> None:
 
 
 def fail(message: str, code: int = 1) -> None:
-    typer.echo(f"embedding-index: error: {message}", err=True)
+    _last_line(f"error: {message}")
     raise typer.Exit(code)
+
+
+def _last_line(text: str) -> None:
+    """The command's last line (an error, an interrupt) on stderr; dropped where nobody reads it any more (a
+    closed pipe), as a progress line is: the exit status still says it."""
+    with contextlib.suppress(OSError, ValueError):
+        typer.echo(f"embedding-index: {text}", err=True)
 
 
 def _taken(data_dir: Path, name: str, force: bool) -> bool:
@@ -1020,15 +1029,15 @@ def main() -> None:
         finally:
             end_clocks()  # those of steps an interrupt left on their way out: nothing is said after the last line
     except EmbeddingError as exc:
-        typer.echo(f"embedding-index: error: {exc.message}{_done_before()}", err=True)
+        _last_line(f"error: {exc.message}{_done_before()}")
         sys.exit(1)
     except SystemExit as exc:
         if exc.code == INTERRUPTED:  # Typer ends a command stopped by Ctrl-C (KeyboardInterrupt) so, without a word
             done = "; ".join(artifact.changed or []) or "no table was built or replaced"  # a remove's, a publish's
-            typer.echo(f"embedding-index: interrupted; {done}", err=True)
+            _last_line(f"interrupted; {done}")
         raise
     except OSError as exc:
-        typer.echo(f"embedding-index: error: {exc.filename or ''}: {exc.strerror or exc}{_done_before()}", err=True)
+        _last_line(f"error: {exc.filename or ''}: {exc.strerror or exc}{_done_before()}")
         sys.exit(1)
 
 

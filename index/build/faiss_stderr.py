@@ -3,6 +3,7 @@ asks for) becomes one line of the builder's, silent with ``--quiet``; anything e
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -12,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from index.progress import CONFIG, warn
+from index.progress import CONFIG, unread, warn
 
 FEW_POINTS = re.compile(
     rb"WARNING clustering (\d+) points to (\d+) centroids: please provide at least (\d+) training points\n"
@@ -34,13 +35,15 @@ def faiss_warnings() -> Iterator[None]:
             yield
             return
         os.dup2(held.fileno(), 2)
-        own = open(saved, "w", closefd=False)  # noqa: SIM115  # the builder's own lines meanwhile, as they come
+        # the builder's own lines meanwhile, as they come; a character it cannot encode escaped, as sys.stderr does
+        own = open(saved, "w", closefd=False, errors="backslashreplace")  # noqa: SIM115
         previous, CONFIG.stream = CONFIG.stream, CONFIG.stream or own
         try:
             yield
         finally:
             CONFIG.stream = previous
-            own.close()
+            with contextlib.suppress(OSError):  # a line nobody could read, still held: dropped, as say() drops it
+                own.close()
             os.dup2(saved, 2)
             os.close(saved)
             held.seek(0)
@@ -49,8 +52,11 @@ def faiss_warnings() -> Iterator[None]:
 
 def _pass_on(written: bytes) -> None:
     rest = FEW_POINTS.sub(b"", written)
-    while rest:
-        rest = rest[os.write(2, rest) :]
+    try:
+        while rest:
+            rest = rest[os.write(2, rest) :]
+    except OSError:  # nobody reads stderr any more: dropped, as progress.say drops a line
+        unread()
     # the same warning for each sub-quantiser of a PQ index: said once, with how many times
     for (points, centroids, wanted), times in Counter(m.groups() for m in FEW_POINTS.finditer(written)).items():
         again = f" ({times} times)" if times > 1 else ""

@@ -8,6 +8,7 @@ recall@10 (how often it is within the first 10), over the 300 queries.
 
     .venv/bin/python -m bench.retrieval                  # the table printed
     .venv/bin/python -m bench.retrieval --json out.json  # and the figures as JSON
+    .venv/bin/python -m bench.retrieval --tables W/data  # the encoders' tables bench.lee_similarity --work-dir W built
 
 Each method is one function from the queries to their best rows; the keyword rows are BM25 with the builder's
 settings and variants of them (built apart from the table, over the same texts): no stop words or stemming,
@@ -88,15 +89,19 @@ def import_documents(texts: list[str], work: Path, vectors: np.ndarray | None = 
     return work / "data" / name
 
 
-def encoder_rows(work: Path, queries: list[str], documents: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def encoder_rows(
+    data_dir: Path | None, work: Path, queries: list[str], documents: list[str]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """(query vectors, document vectors) of the server's encoders (``index.engine.encode``): GloVe 6B 50d by SIF, its
     component from the Lee background corpus itself (as the SIF paper takes it from the sentences embedded), and
     all-MiniLM-L6-v2's token table by the mean of the pieces' rows, and all-MiniLM-L6-v2 itself (its transformer
-    table, run by ONNX Runtime). The tables are built as bench.lee_similarity builds them."""
+    table, run by ONNX Runtime). The tables are bench.lee_similarity's: those it built in ``data_dir`` (every GloVe
+    row: a run without ``--quick``), else built here as it builds them."""
     from bench.lee_similarity import GLOVE, MINILM, TRANSFORMER, build_tables
 
-    data_dir = work / "encoders"
-    build_tables(data_dir, None)
+    if data_dir is None:
+        data_dir = work / "encoders"
+        build_tables(data_dir, None)
     out = {}
     encoders: tuple[tuple[str, str, Pooling | None], ...] = (
         ("GloVe 6B 50d SIF", GLOVE, "sif"),
@@ -169,7 +174,7 @@ def measure(search: Search, queries: list[str]) -> dict[str, float]:
     }
 
 
-def run() -> dict[str, Any]:
+def run(tables: Path | None = None) -> dict[str, Any]:
     configure(quiet=True)
     queries, documents = halves()
     with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as scratch:
@@ -199,7 +204,7 @@ def run() -> dict[str, Any]:
         methods["hybrid: RRF k 60 of vector and keyword lists (100 deep)"] = hybrid_search(table, vectors)
         methods["hybrid: RRF k 60, keyword weight 2"] = hybrid_search(table, vectors, weights=(1.0, 2.0))
         fused = {"mean GloVe 6B 50d": (table, vectors)}
-        for label, (query_rows, document_rows) in encoder_rows(work, queries, documents).items():
+        for label, (query_rows, document_rows) in encoder_rows(tables, work, queries, documents).items():
             slug = "-".join(label.split()[:2]).lower()
             encoded = Table.load(import_documents(documents, work, document_rows, f"lee-halves-{slug}"))
             by_text = dict(zip(queries, query_rows, strict=True))
@@ -230,8 +235,13 @@ def run() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--tables",
+        type=Path,
+        help="the encoders' tables as bench.lee_similarity built them (its --work-dir's data/), not built again",
+    )
     args = parser.parse_args()
-    result = run()
+    result = run(args.tables)
     width = max(map(len, result["rows"]))
     print(f"{result['queries']} first halves -> {result['documents']} second halves (Lee background corpus)")
     print(f"{'method':<{width}}  MRR@10  recall@10  recall@1  ms/query")

@@ -1,10 +1,10 @@
 // The whole table as a map: every row on a canvas, drawn pixel by pixel into one ImageData (no WebGL, so it is
 // as fast in a headless or GPU-less browser), with pan, zoom, hover labels, search-to-highlight, click (or, by the
 // keyboard, a button among the search's first matches or in the table of labelled words) for neighbours and colour
-// by a column. A touch screen scrolls the page with one finger and moves the map with two, as cooperative map
-// widgets do. The labels follow the page's text size; the words they name are listed in a table after the map, with
-// the labelled words nearest to each on it, for a screen reader. Positions come from GET .../map (int16 pairs),
-// labels from .../map/labels.
+// by a column. It cooperates with the page as map widgets in a page do: the mouse wheel and one finger scroll the
+// page, Ctrl (⌘ on a Mac) + wheel, a touchpad's pinch and two fingers move the map. The labels follow the page's
+// text size; the words they name are listed in a table after the map, with the labelled words nearest to each on
+// it, for a screen reader. Positions come from GET .../map (int16 pairs), labels from .../map/labels.
 
 const BACKGROUND = [255, 255, 255];
 const CATEGORY_COLOURS = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f6d00", "#555555",
@@ -24,7 +24,12 @@ const PICKS = 10; // matches of a search listed as buttons
 const REGEX_SECONDS = 3; // a regular expression still testing the labels after this long is stopped
 const NEAREST_ON_MAP = 3; // labelled words listed beside each labelled word in the table
 const SETTLE_MS = 250; // the table of labelled words and the view's line follow the map once it stops moving
-const HINT_MS = 1500; // the touch screen's hint (two fingers move the map) stays this long
+const HINT_MS = 1500; // how long a hint over the map (how to move or zoom it) stays
+const ZOOM_KEY = /Mac|iPhone|iPad/.test(navigator.platform) ? "⌘" : "Ctrl"; // held with the wheel to zoom the map
+const HINTS = {
+  touch: "Use two fingers to move or zoom the map",
+  wheel: `Use ${ZOOM_KEY} + scroll to zoom the map`,
+};
 
 const hexRGB = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
 const rgba32 = ([r, g, b]) => (0xff000000 | (b << 16) | (g << 8) | r) >>> 0;
@@ -75,7 +80,7 @@ export class TableMap {
     this.legend = root.querySelector(".tm-legend");
     this.viewLine = root.querySelector(".tm-view");
     this.words = root.querySelector(".tm-words tbody");
-    this.hint = root.querySelector(".tm-touch-hint");
+    this.hint = root.querySelector(".tm-hint");
     this.labelled = []; // rows whose labels the last frame drew (the hovered row's aside)
     this.listed = ""; // the rows the table lists, as a key
     this.settle = 0; // timer: the table and the view's line made again once the map stops moving
@@ -216,8 +221,8 @@ export class TableMap {
         `(${info.explained_variance_ratio.map((v) => `${(v * 100).toFixed(1)}%`).join(" + ")} of the variance)`
       : `t-SNE of the ${info.rows.toLocaleString("en")} most frequent rows (perplexity ${info.params.perplexity}, ` +
         `seed ${info.params.seed})`;
-    this.setStatus(`${this.table}: ${how}. Drag to pan (two fingers on a touch screen), scroll or pinch to zoom, ` +
-      "click or tap a point (or a search's match below) for its neighbours.");
+    this.setStatus(`${this.table}: ${how}. Drag to pan (two fingers on a touch screen), ${ZOOM_KEY} + scroll or ` +
+      "pinch to zoom, click or tap a point (or a search's match below) for its neighbours.");
   }
 
   setStatus(text, error = false) {
@@ -525,11 +530,12 @@ export class TableMap {
       .map(([, j]) => j));
   }
 
-  /** Show the touch screen's hint (two fingers move the map) for HINT_MS, or hide it. */
-  showHint(show) {
+  /** Show ``text`` (one of HINTS) over the map for HINT_MS, or hide the hint (""). Its element is a polite live
+   * region: the text is said once as it comes, not again while the same gesture keeps it up. */
+  showHint(text) {
     clearTimeout(this.hintTimer);
-    this.hint.hidden = !show;
-    if (show) this.hintTimer = setTimeout(() => this.showHint(false), HINT_MS);
+    if (this.hint.textContent !== text) this.hint.textContent = text;
+    if (text) this.hintTimer = setTimeout(() => this.showHint(""), HINT_MS);
   }
 
   draw() {
@@ -999,11 +1005,11 @@ export class TableMap {
       if (event.touches.length < 2) return;
       event.preventDefault();
       pinch = fingers(event);
-      this.showHint(false);
+      this.showHint("");
     }, { passive: false });
     canvas.addEventListener("touchmove", (event) => {
       if (event.touches.length < 2 || !pinch) {
-        if (event.touches.length === 1) this.showHint(true);
+        if (event.touches.length === 1) this.showHint(HINTS.touch);
         return;
       }
       if (!event.cancelable) return; // the page scrolls already
@@ -1024,8 +1030,16 @@ export class TableMap {
         this.request();
       }
     });
+    // The wheel scrolls the page over the map too (a map most of the screen high would otherwise catch a reader
+    // scrolling by) and says how to zoom; with Ctrl or ⌘ held it zooms the map about the pointer, as does a
+    // touchpad's pinch, which browsers send as a wheel with ctrlKey set (Google Maps' cooperative gestures).
     canvas.addEventListener("wheel", (event) => {
-      event.preventDefault();
+      if (!event.ctrlKey && !event.metaKey) {
+        this.showHint(HINTS.wheel);
+        return;
+      }
+      event.preventDefault(); // the page itself is not zoomed
+      this.showHint("");
       const rect = canvas.getBoundingClientRect();
       this.zoom(Math.exp(-event.deltaY * 0.0015), event.clientX - rect.left, event.clientY - rect.top);
     }, { passive: false });

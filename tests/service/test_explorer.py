@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -1206,6 +1206,16 @@ UNDER = """([x, y]) => {
 }"""
 
 
+# Every text the map's hint says, recorded as it comes: it goes after a while, which a busy machine can outlast.
+RECORD_HINTS = """() => {
+  const hint = document.querySelector("#table-map .tm-hint");
+  window.hintsSaid = [];
+  new MutationObserver(() => { if (hint.textContent) window.hintsSaid.push(hint.textContent); })
+    .observe(hint, { childList: true, characterData: true, subtree: true });
+}"""
+MAP_STATE = "() => [scrollY, explorer.tableMap.view.cx, explorer.tableMap.view.cy, explorer.tableMap.view.s]"
+
+
 def touch(cdp: Any, start: list[tuple[float, float]], end: list[tuple[float, float]], steps: int = 12) -> None:
     """Fingers put down at ``start``, moved in ``steps`` to ``end`` and lifted, as a touch screen sends them
     (CDP's Input.dispatchTouchEvent: the browser makes its own gestures of them, the page's scrolling too)."""
@@ -1243,31 +1253,26 @@ def test_a_phone_scrolls_the_page_with_one_finger_and_moves_the_map_with_two(
             return round(box["x"] + box["width"] / 2), round(box["y"] + box["height"] / 2)
 
         x, y = centre()
-        state = "() => [scrollY, explorer.tableMap.view.cx, explorer.tableMap.view.cy, explorer.tableMap.view.s]"
-        scroll, cx, cy, s = page.evaluate(state)
+        scroll, cx, cy, s = page.evaluate(MAP_STATE)
 
-        # the hint's showing recorded as it happens: it goes after a while, which a busy machine can outlast
-        page.evaluate(
-            """() => { const hint = document.querySelector('#table-map .tm-touch-hint'); window.hintShown = false;
-            new MutationObserver(() => { if (!hint.hidden) window.hintShown = true; })
-              .observe(hint, { attributes: true, attributeFilter: ['hidden'] }); }"""
-        )
+        page.evaluate(RECORD_HINTS)
         touch(cdp, [(x, y + 100)], [(x, y - 100)])
         page.wait_for_function("y => scrollY > y + 100", arg=scroll)
-        assert page.evaluate(state)[1:] == [cx, cy, s]
-        assert page.evaluate("hintShown")
-        page.locator("#table-map .tm-touch-hint").wait_for(state="hidden")
+        assert page.evaluate(MAP_STATE)[1:] == [cx, cy, s]
+        said = page.evaluate("hintsSaid")
+        assert said and set(said) == {"Use two fingers to move or zoom the map"}
+        page.locator("#table-map .tm-hint").wait_for(state="hidden")
 
         x, y = centre()
         scroll = page.evaluate("scrollY")
         touch(cdp, [(x - 40, y), (x + 40, y)], [(x - 140, y + 50), (x - 60, y + 50)])  # two fingers: pan
         dpr = page.evaluate("explorer.tableMap.dpr")
-        panned = page.evaluate(state)
+        panned = page.evaluate(MAP_STATE)
         assert panned[0] == scroll
         np.testing.assert_allclose(panned[1:], [cx + 100 * dpr / s, cy + 50 * dpr / s, s], rtol=1e-9)
         point = page.evaluate(UNDER, [x, y])
         touch(cdp, [(x - 50, y), (x + 50, y)], [(x - 100, y), (x + 100, y)])  # spread apart: zoom in twice
-        zoomed = page.evaluate(state)
+        zoomed = page.evaluate(MAP_STATE)
         assert zoomed[0] == scroll and zoomed[3] == pytest.approx(2 * s, rel=1e-9)
         assert page.evaluate("visualViewport.scale") == 1  # the map zoomed, not the page
         np.testing.assert_allclose(page.evaluate(UNDER, [x, y]), point, rtol=0, atol=1e-9)  # the fingers' point stays
@@ -1283,6 +1288,91 @@ def test_a_phone_scrolls_the_page_with_one_finger_and_moves_the_map_with_two(
         phone.assert_clean()
     finally:
         phone.close()
+
+
+def test_the_wheel_scrolls_the_page_over_the_map_and_zooms_it_with_ctrl(server: str, watched: Watched) -> None:
+    """The mouse wheel over the map cooperates with the page, as map widgets in a page do: a plain wheel scrolls
+    the page (the map stays, and a hint over it says politely how to zoom, the focus left where it was); Ctrl +
+    wheel, ⌘ + wheel and a touchpad's pinch (which comes as wheels with Ctrl held) zoom the map about the pointer,
+    the page neither scrolled nor zoomed. The buttons still zoom."""
+    open_table_map(watched, server)
+    page = watched.page
+    hint = page.locator("#table-map .tm-hint")
+    assert hint.get_attribute("aria-live") == "polite"
+    assert "Ctrl + scroll or pinch to zoom" in page.locator("#table-map .tm-status").inner_text()
+    page.evaluate(RECORD_HINTS)
+
+    def over_map() -> tuple[int, int]:
+        """The canvas scrolled to the middle of the screen and the pointer on it, off its centre (where a zoom about
+        the canvas's centre would move the point under it)."""
+        page.evaluate("document.getElementById('tm-canvas').scrollIntoView({ block: 'center' })")
+        box = page.locator("#tm-canvas").bounding_box()
+        x, y = round(box["x"] + box["width"] * 0.3), round(box["y"] + box["height"] * 0.7)
+        page.mouse.move(x, y)
+        return x, y
+
+    page.focus("#tm-search")
+    over_map()
+    scroll, cx, cy, s = page.evaluate(MAP_STATE)
+    page.evaluate("() => { window.scrollEnds = []; addEventListener('scrollend', () => scrollEnds.push(scrollY)) }")
+    page.mouse.wheel(0, 300)
+    page.wait_for_function("y => scrollEnds.some((end) => end > y)", arg=scroll)  # scrolled, and done scrolling
+    assert page.evaluate(MAP_STATE)[1:] == [cx, cy, s]
+    said = page.evaluate("hintsSaid")
+    assert said and set(said) == {"Use Ctrl + scroll to zoom the map"}
+    assert page.evaluate("document.activeElement.id") == "tm-search"
+    hint.wait_for(state="hidden")
+    assert hint.text_content() == ""
+
+    def wheel_with(key: str, dy: int) -> Callable[[int, int], None]:
+        def gesture(x: int, y: int) -> None:
+            page.keyboard.down(key)
+            page.mouse.wheel(0, dy)
+            page.keyboard.up(key)
+
+        return gesture
+
+    cdp = watched.context.new_cdp_session(page)
+
+    def pinch(x: int, y: int) -> None:
+        """A touchpad's fingers spread twice as far apart: Chromium sends the page wheels with ctrlKey set."""
+        cdp.send("Input.synthesizePinchGesture", {"x": x, "y": y, "scaleFactor": 2, "gestureSourceType": "mouse"})
+
+    ratio = page.evaluate("devicePixelRatio")
+    for gesture, grows in ((wheel_with("Control", -300), True), (wheel_with("Meta", 200), False), (pinch, True)):
+        x, y = over_map()
+        scroll, _, _, s = page.evaluate(MAP_STATE)
+        point = page.evaluate(UNDER, [x, y])
+        gesture(x, y)
+        page.wait_for_function("([s, grows]) => (explorer.tableMap.view.s > s) === grows", arg=[s, grows])
+        assert page.evaluate("scrollY") == scroll
+        assert page.evaluate("[visualViewport.scale, devicePixelRatio]") == [1, ratio]  # the page is not zoomed
+        np.testing.assert_allclose(page.evaluate(UNDER, [x, y]), point, rtol=0, atol=1e-9)  # the pointer's point stays
+    assert set(page.evaluate("hintsSaid")) == {"Use Ctrl + scroll to zoom the map"}  # said of the plain wheel only
+
+    s = page.evaluate("explorer.tableMap.view.s")
+    page.click("#table-map .tm-zoom-in")
+    page.wait_for_function("s => explorer.tableMap.view.s !== s", arg=s)
+    assert page.evaluate("explorer.tableMap.view.s") == pytest.approx(1.5 * s, rel=1e-12)
+    watched.assert_clean()
+
+
+def test_on_a_mac_the_map_says_to_zoom_with_the_command_key(server: str, browser: object) -> None:
+    """On a Mac the hint and the status line name ⌘, the key held there with the wheel."""
+    mac = Watched(browser)
+    try:
+        mac.context.add_init_script("Object.defineProperty(Navigator.prototype, 'platform', { get: () => 'MacIntel' })")
+        open_table_map(mac, server)
+        page = mac.page
+        assert "⌘ + scroll or pinch to zoom" in page.locator("#table-map .tm-status").inner_text()
+        page.evaluate(RECORD_HINTS)
+        page.locator("#tm-canvas").hover()
+        page.mouse.wheel(0, 100)
+        page.wait_for_function("() => hintsSaid.length > 0")
+        assert set(page.evaluate("hintsSaid")) == {"Use ⌘ + scroll to zoom the map"}
+        mac.assert_clean()
+    finally:
+        mac.close()
 
 
 def test_the_maps_labels_follow_the_browsers_text_size(server: str, watched: Watched, tmp_path: Path) -> None:

@@ -145,23 +145,28 @@ class Folder:
         return reasons
 
     def report(self) -> None:
-        """A line for what was read and skipped, then a line for each skipped file (the first ones)."""
-        if not self.skipped:
-            note(f"read {len(self.files):,} text files of {path_text(self.directory)}")
-            return
-        summary = ", ".join(f"{count:,} {kind}" for kind, count in self.reasons().items())
+        """A line for what was read and skipped, then a line for each skipped file (the first ones), and the files
+        read in another encoding than UTF-8 or without some of their bytes."""
         read = f"read {len(self.files):,} text files of {path_text(self.directory)}"
-        note(f"{read}; skipped {len(self.skipped):,}: {summary}")
+        if self.skipped:
+            summary = ", ".join(f"{count:,} {kind}" for kind, count in self.reasons().items())
+            read += f"; skipped {len(self.skipped):,}: {summary}"
+        note(read)
         for path, why in self.skipped[:SHOWN_SKIPPED]:
             note(f"skipped {path}: {why}")
         if len(self.skipped) > SHOWN_SKIPPED:
             note(f"... and {len(self.skipped) - SHOWN_SKIPPED:,} more skipped (the manifest's source lists them)")
         if self.encoded:
-            note(f"{len(self.encoded):,} files not UTF-8, read as {self.encoding}: {self.encoded[0]}, ...")
+            note(f"{len(self.encoded):,} files not UTF-8, read as {self.encoding}: {_first(self.encoded)}")
         if self.replaced:
             codec = "UTF-8" if self.encoding == "utf-8" else f"UTF-8 nor {self.encoding}"
             how = "with U+FFFD for" if self.unicode_errors == "replace" else "without"
-            note(f"{len(self.replaced):,} files not {codec}, read {how} their bad bytes: {self.replaced[0]}, ...")
+            note(f"{len(self.replaced):,} files not {codec}, read {how} their bad bytes: {_first(self.replaced)}")
+
+
+def _first(paths: list[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``paths``, and ``...`` when there are more (the manifest's source lists them)."""
+    return ", ".join(paths[:shown] + (["..."] if len(paths) > shown else []))
 
 
 def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[str, str]]]:

@@ -111,7 +111,8 @@ def test_unicode_errors_ignore_leaves_the_bad_bytes_out(folder: Path, data_dir: 
     result = run_cli("import", folder, "--name", "t", "--data-dir", data_dir, *extra, quiet=False)
     assert result.code == 0, result.err
     assert (
-        "embedding-index: 2 files not UTF-8, read without their bad bytes: changelog.gz, ..." in result.err.splitlines()
+        "embedding-index: 2 files not UTF-8, read without their bad bytes: changelog.gz, windows.txt"
+        in result.err.splitlines()
     )
     table = Table.load(data_dir / "t")
     assert table.manifest["source"]["unicode_replaced"] == ["changelog.gz", "windows.txt"]
@@ -137,6 +138,11 @@ def test_a_file_that_mixes_encodings(tmp_path: Path, data_dir: Path) -> None:
         1,
         f"embedding-index: error: {root / 'mixed.txt'}:{line}: not UTF-8 text (byte 0xf8); {HINT}\n",
     )
+    extra = ("--encoder", "small", "--unicode-errors", "replace")
+    result = run_cli("import", root, "--name", "t", "--data-dir", data_dir, *extra, quiet=False)
+    assert result.code == 0, result.err
+    lines = result.err.splitlines()
+    assert "embedding-index: 1 files not UTF-8, read with U+FFFD for their bad bytes: mixed.txt" in lines, lines
     (replaced,) = read_folder(root, unicode_errors="replace").files
     assert replaced.text == utf8 + "\nFixed by S\ufffdren J\ufffdr\ufffdme.\n"
     (latin,) = read_folder(root, encoding="iso8859-1").files

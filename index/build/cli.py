@@ -358,16 +358,17 @@ def import_(
         typer.Option(
             "--encoding",
             parser=_codec,
-            help="The tokens' encoding in a text or binary embedding file, a vocabulary or metadata.tsv: any codec "
-            "Python knows (latin-1, cp1252, ...), as gensim's encoding (default utf-8).",
+            help="The tokens' encoding in a text or binary embedding file, a vocabulary or metadata.tsv, or that of "
+            "a folder's text files that are not UTF-8: any codec Python knows (latin-1, cp1252, ...), as gensim's "
+            "encoding (default utf-8).",
         ),
     ] = None,
     unicode_errors: Annotated[
         UnicodeErrors,
         typer.Option(
             "--unicode-errors",
-            help="A token's bytes the encoding does not read (gensim's unicode_errors): strict refuses the file, "
-            "replace puts U+FFFD, ignore leaves them out.",
+            help="A token's (or a folder's file's) bytes the encoding does not read (gensim's unicode_errors): "
+            "strict refuses the file, replace puts U+FFFD, ignore leaves them out.",
             **_choice("--unicode-errors", UnicodeErrors),
         ),
     ] = UnicodeErrors("strict"),
@@ -473,16 +474,11 @@ def import_(
 
     if given and format != "documents" and (found := reads_as()) != "documents":
         fail(f"{', '.join(given)}: only for --format documents, and {path} reads as {found}")
-    # A model's tokens come from its tokenizer.json (JSON, so UTF-8) and a gensim model's keys are text already:
-    # only the readers that decode tokens from bytes read another encoding, and leave out bytes it does not read.
-    decoding = ("word2vec", "word2vec-binary", "glove", "fasttext", "npy", "projector")
     # Options only some readers take: with another format they would be ignored without a word.
     fitting: tuple[tuple[str, object, tuple[str, ...]], ...] = (
         ("--vocab", vocab, ("npy", "projector")),
         ("--tensor", tensor, ("hf", "transformer")),
         ("--allow-pickle", allow_pickle or None, ("gensim",)),
-        ("--encoding", encoding, decoding),  # given at all: utf-8 named where it does not apply is refused too
-        ("--unicode-errors ignore", None if unicode_errors != "ignore" else unicode_errors, decoding),
     )
     for option, value, formats in fitting:
         if value is None:
@@ -490,17 +486,20 @@ def import_(
         if (found := reads_as()) not in formats:
             listed = f"{', '.join(formats[:-1])} or {formats[-1]}" if len(formats) > 1 else formats[0]
             fail(f"{option}: only for --format {listed}, and {path} reads as {found}")
-    # They and a folder's files (replaced as they are read) can replace bytes that are not UTF-8.
-    if unicode_errors == "replace" and (found := reads_as()) not in (*decoding, "documents"):
-        fail(
-            f"--unicode-errors replace: only for --format {', '.join(decoding)} or a folder of text files, and "
-            f"{path} reads as {found}, whose tokens are text already"
-        )
+    # A model's tokens come from its tokenizer.json (JSON, so UTF-8) and a gensim model's keys are text already:
+    # only the readers that decode tokens from bytes, and a folder's files, read another encoding and say what the
+    # bytes it does not read become (utf-8 named where it does not apply is refused too).
+    decoding = ("word2vec", "word2vec-binary", "glove", "fasttext", "npy", "projector")
+    decoded = (("--encoding", encoding), (f"--unicode-errors {unicode_errors}", unicode_errors != "strict" or None))
+    for option, value in decoded:
+        if value is not None and (found := reads_as()) not in (*decoding, "documents"):
+            fail(
+                f"{option}: only for --format {', '.join(decoding)} or a folder of text files, and {path} reads as "
+                f"{found}, whose tokens are text already"
+            )
     # Options for the files of a folder of documents: a file of records would take them without a word.
     folder_only = [
-        option
-        for option, given_here in (("--chunk-words", chunk_words), ("--unicode-errors replace", unicode_errors))
-        if given_here not in (None, "strict")
+        option for option, given_here in (("--chunk-words", chunk_words), *decoded) if given_here is not None
     ]
     if folder_only and path.is_file() and reads_as() == "documents":
         fail(f"{', '.join(folder_only)}: only for a folder of text files, and {path} is a file of documents")
@@ -544,7 +543,7 @@ def import_(
     # A folder of text files hashes the files it read (raw.source); any other source, its files.
     source |= raw.source or {"sha256": source_digest([path] + ([vocab] if vocab else []))}
     params: dict[str, Any] = {"drop_invalid": drop_invalid, "unicode_errors": str(unicode_errors)}
-    if used in decoding:
+    if used in decoding or raw.source:  # raw.source: a folder's files
         params["encoding"] = encoding or "utf-8"
     params["read_seconds"] = read_seconds
     if tensor:

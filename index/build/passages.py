@@ -3,10 +3,11 @@
 **Which files.** Every file under the folder (sub-folders too, links to files followed; hidden files and folders,
 links to folders and names that are not UTF-8 left out, and listed), in the order of their relative paths. A file is
 read when its content is text: gzip-compressed files are decompressed first (their magic bytes, not their name, say
-so), and then a file is text when it holds no NUL byte and is UTF-8 (a byte-order mark is skipped), or is UTF-16
-after its byte-order mark. The others are skipped, each with its reason (binary, empty, larger than
-:data:`MAX_FILE_BYTES`, a broken gzip stream, unreadable); a file that is not UTF-8 stops the import, naming its
-line, unless ``--drop-invalid`` skips it or ``--unicode-errors replace`` reads it with U+FFFD for its bad bytes.
+so), and then a file is text when it holds no NUL byte and is UTF-8 (a byte-order mark is skipped), is UTF-16
+after its byte-order mark, or is of the encoding ``--encoding`` names. The others are skipped, each with its reason
+(binary, empty, larger than :data:`MAX_FILE_BYTES`, a broken gzip stream, unreadable); a file that is none of these
+stops the import, naming its line, unless ``--drop-invalid`` skips it or ``--unicode-errors`` reads it with U+FFFD
+for its bad bytes (``replace``) or without them (``ignore``).
 :class:`Folder` keeps what was read, what was skipped and why, and the folder's sha256 (of the files read, with
 their relative paths).
 
@@ -34,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from index.build.sources import ways_out
 from index.errors import InputError
 from index.progress import Progress, note
 
@@ -114,7 +116,12 @@ class Folder:
     directory: Path
     files: list[TextFile] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (relative path, why)
-    replaced: list[str] = field(default_factory=list)  # read with U+FFFD for bytes that are not UTF-8
+    encoded: list[str] = field(default_factory=list)  # not UTF-8: read in ``encoding``
+    replaced: list[str] = field(
+        default_factory=list
+    )  # read with U+FFFD for bytes ``encoding`` does not read (or without)
+    encoding: str = "utf-8"  # of the files that are not UTF-8 (``--encoding``)
+    unicode_errors: str = "strict"
     sha256: str = ""  # of the files read: each one's relative path and the sha256 of its bytes, in order
 
     def source_info(self) -> dict[str, Any]:
@@ -123,6 +130,8 @@ class Folder:
         info["files_skipped"] = len(self.skipped)
         info["skipped_reasons"] = self.reasons()
         info["skipped"] = [{"path": path, "reason": why} for path, why in self.skipped[:MAX_LISTED]]
+        if self.encoded:
+            info["other_encoding"] = self.encoded[:MAX_LISTED]
         if self.replaced:
             info["unicode_replaced"] = self.replaced[:MAX_LISTED]
         return info
@@ -136,21 +145,28 @@ class Folder:
         return reasons
 
     def report(self) -> None:
-        """A line for what was read and skipped, then a line for each skipped file (the first ones)."""
-        if not self.skipped:
-            note(f"read {len(self.files):,} text files of {path_text(self.directory)}")
-            return
-        summary = ", ".join(f"{count:,} {kind}" for kind, count in self.reasons().items())
+        """A line for what was read and skipped, then a line for each skipped file (the first ones), and the files
+        read in another encoding than UTF-8 or without some of their bytes."""
         read = f"read {len(self.files):,} text files of {path_text(self.directory)}"
-        note(f"{read}; skipped {len(self.skipped):,}: {summary}")
+        if self.skipped:
+            summary = ", ".join(f"{count:,} {kind}" for kind, count in self.reasons().items())
+            read += f"; skipped {len(self.skipped):,}: {summary}"
+        note(read)
         for path, why in self.skipped[:SHOWN_SKIPPED]:
             note(f"skipped {path}: {why}")
         if len(self.skipped) > SHOWN_SKIPPED:
             note(f"... and {len(self.skipped) - SHOWN_SKIPPED:,} more skipped (the manifest's source lists them)")
+        if self.encoded:
+            note(f"{len(self.encoded):,} files not UTF-8, read as {self.encoding}: {_first(self.encoded)}")
         if self.replaced:
-            note(
-                f"{len(self.replaced):,} files not UTF-8, read with U+FFFD for their bad bytes: {self.replaced[0]}, ..."
-            )
+            codec = "UTF-8" if self.encoding == "utf-8" else f"UTF-8 nor {self.encoding}"
+            how = "with U+FFFD for" if self.unicode_errors == "replace" else "without"
+            note(f"{len(self.replaced):,} files not {codec}, read {how} their bad bytes: {_first(self.replaced)}")
+
+
+def _first(paths: list[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``paths``, and ``...`` when there are more (the manifest's source lists them)."""
+    return ", ".join(paths[:shown] + (["..."] if len(paths) > shown else []))
 
 
 def folder_files(directory: Path) -> tuple[list[tuple[str, Path]], list[tuple[str, str]]]:
@@ -252,20 +268,28 @@ def _content(path: Path) -> tuple[bytes, bytes] | str:
     return raw, data
 
 
-def _encoded(data: bytes) -> tuple[bytes, str]:
-    """A file's text bytes and their encoding: UTF-16 with its byte-order mark (which the codec reads), else UTF-8,
-    its byte-order mark left out (so that a bad byte's offset counts from the file's first byte after it)."""
+def _encoded(data: bytes, encoding: str) -> tuple[bytes, str]:
+    """A file's text bytes and their encoding: UTF-16 with its byte-order mark (which the codec reads), UTF-8 after
+    its byte-order mark (left out, so that a bad byte's offset counts from the file's first byte after it), else
+    UTF-8 when they are, else ``encoding`` (a codec's name, as ``text_codec`` gives it)."""
     if data.startswith(UTF16_BOMS):
         return data, "UTF-16"
-    return data.removeprefix(UTF8_BOM), "UTF-8"
+    if data.startswith(UTF8_BOM) or encoding == "utf-8":
+        return data.removeprefix(UTF8_BOM), "UTF-8"
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data, encoding
+    return data, "UTF-8"
 
 
 def _problem(data: bytes, encoding: str, exc: UnicodeDecodeError) -> tuple[str, int]:
     """What is wrong with the text, and its line."""
     line = data[: exc.start].decode(encoding, "replace").count("\n") + 1
-    if encoding == "UTF-8":
-        return f"not UTF-8 text (byte 0x{data[exc.start]:02x})", line
-    return f"not UTF-16 text ({exc.reason} at byte {exc.start:,})", line
+    if encoding == "UTF-16":
+        return f"not UTF-16 text ({exc.reason} at byte {exc.start:,})", line
+    codec = "UTF-8" if encoding == "UTF-8" else f"UTF-8 nor {encoding}"
+    return f"not {codec} text (byte 0x{data[exc.start]:02x})", line
 
 
 def _nul(text: str) -> str:
@@ -274,9 +298,12 @@ def _nul(text: str) -> str:
     return f"binary (a NUL character at {nul:,})" if nul >= 0 else ""
 
 
-def read_folder(directory: Path, unicode_errors: str = "strict", drop_invalid: bool = False) -> Folder:
-    """The text files of ``directory`` (see the module's docstring); a file that is not UTF-8 is an InputError
-    naming its line, unless ``drop_invalid`` skips it or ``unicode_errors`` is ``replace``."""
+def read_folder(
+    directory: Path, encoding: str = "utf-8", unicode_errors: str = "strict", drop_invalid: bool = False
+) -> Folder:
+    """The text files of ``directory`` (see the module's docstring), those that are not UTF-8 read in ``encoding``; a
+    file that it does not read either is an InputError naming its line, unless ``drop_invalid`` skips it or
+    ``unicode_errors`` (``replace``, ``ignore``) says what its bad bytes become."""
     directory = Path(directory)
     paths, skipped = folder_files(directory)
     folder = Folder(directory, skipped=skipped)
@@ -291,28 +318,31 @@ def read_folder(directory: Path, unicode_errors: str = "strict", drop_invalid: b
                 folder.skipped.append((path_text(relative), content))
                 continue
             raw, data = content
-            data, encoding = _encoded(data)
+            data, codec = _encoded(data, encoding)
             try:
-                text = data.decode(encoding)
+                text = data.decode(codec)
             except UnicodeDecodeError as exc:
-                problem, line = _problem(data, encoding, exc)
-                if unicode_errors == "replace":
-                    text = data.decode(encoding, "replace")
+                problem, line = _problem(data, codec, exc)
+                if unicode_errors != "strict":
+                    text = data.decode(codec, unicode_errors)
                     folder.replaced.append(path_text(relative))
                 elif drop_invalid:
                     folder.skipped.append((path_text(relative), f"{problem}, line {line}"))
                     continue
                 else:
-                    hint = " (use --drop-invalid to skip such files, or --unicode-errors replace)"
-                    raise InputError(path_text(path), problem + hint, line=line) from None
+                    hint = ways_out("files", another_encoding=codec != "UTF-16")  # its byte-order mark says UTF-16
+                    raise InputError(path_text(path), f"{problem}; {hint}", line=line) from None
             why = "empty" if not text.strip() else _nul(text)  # a byte-order mark alone; UTF-32 read as UTF-16
             if why:
                 folder.skipped.append((path_text(relative), why))
                 continue
+            if codec not in ("UTF-8", "UTF-16"):
+                folder.encoded.append(path_text(relative))
             folder.files.append(TextFile(relative, text))
             digest.update(f"{relative}\0{hashlib.sha256(raw).hexdigest()}\n".encode())
     folder.skipped.sort()
     folder.sha256 = digest.hexdigest()
+    folder.encoding, folder.unicode_errors = encoding, unicode_errors
     return folder
 
 

@@ -318,14 +318,20 @@ def text_codec(name: str) -> str:
 def undecodable(options: ReadOptions, byte: int | None, where: str = "", droppable: bool = False) -> str:
     """The refusal of bytes ``options.encoding`` does not read, whose first is ``byte`` (at ``where``), and its ways
     out: another encoding, ``--unicode-errors``, and ``--drop-invalid`` where the reader can drop the row."""
-    ways = ["--encoding NAME for a file in another encoding (such as latin-1)"]
-    ways.append("--unicode-errors replace to substitute U+FFFD")
-    if droppable:
-        ways.append("--drop-invalid to skip such rows")
-    listed = ", ".join(ways[:-1]) + ("," if len(ways) > 2 else "") + " or " + ways[-1]
     codec = "UTF-8" if options.encoding == "utf-8" else options.encoding
     first = "" if byte is None else f" (byte 0x{byte:02x}{where})"
-    return f"not valid {codec}{first}; use {listed}"
+    return f"not valid {codec}{first}; {ways_out('rows' if droppable else '')}"
+
+
+def ways_out(skipped: str = "", another_encoding: bool = True) -> str:
+    """The ways out of bytes an encoding does not read: another encoding (where no byte-order mark says which),
+    ``--unicode-errors``, and ``--drop-invalid`` where it can skip what holds them (``skipped``: rows, files)."""
+    ways = ["--encoding NAME for a file in another encoding (such as latin-1)"] if another_encoding else []
+    ways.append("--unicode-errors replace to substitute U+FFFD")
+    if skipped:
+        ways.append(f"--drop-invalid to skip such {skipped}")
+    listed = ", ".join(ways[:-1]) + ("," if len(ways) > 2 else "") + " or " + ways[-1] if len(ways) > 1 else ways[0]
+    return f"use {listed}"
 
 
 def undecodable_lines(data: bytes, encoding: str = "utf-8") -> dict[int, int]:

@@ -81,7 +81,9 @@ def read_documents(
     except ValueError as exc:
         raise InputError(path, str(exc)) from None
     encoder = None if options.encoder is None else TextEncoder.open(options.encoder)
-    folder = read_folder(path, options.unicode_errors, options.drop_invalid) if path.is_dir() else None
+    folder = (
+        read_folder(path, options.encoding, options.unicode_errors, options.drop_invalid) if path.is_dir() else None
+    )
     rows = read_rows(path, options, folder)
     document_options = DocumentOptions(options.id_field, options.text_field, options.vector_field, options.drop_invalid)
     if encoder is not None:
@@ -108,7 +110,7 @@ def file_kind(path: Path) -> str:
 
 def read_rows(path: Path, options: ReadOptions, folder: Folder | None = None) -> Rows:
     if path.is_dir():
-        folder = folder or read_folder(path, options.unicode_errors, options.drop_invalid)
+        folder = folder or read_folder(path, options.encoding, options.unicode_errors, options.drop_invalid)
         folder.report()
         chunk_words = options.chunk_words or DEFAULT_CHUNK_WORDS
         if not folder.files:

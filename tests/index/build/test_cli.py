@@ -123,13 +123,15 @@ def test_unicode_errors_replace_on_a_model_is_refused(tmp_path: Path, data_dir: 
     [
         (["--chunk-words", "80"], "--chunk-words"),
         (["--unicode-errors", "replace"], "--unicode-errors replace"),
+        (["--unicode-errors", "ignore"], "--unicode-errors ignore"),
+        (["--encoding", "latin-1"], "--encoding"),
         (["--chunk-words", "80", "--unicode-errors", "replace", "--format", "documents"], None),
     ],
 )
 def test_folder_options_on_a_file_of_documents_are_refused(
     tmp_path: Path, data_dir: Path, suffix: str, given: list[str], named: str | None
 ) -> None:
-    """--chunk-words and --unicode-errors replace are for the files of a folder: with a JSON Lines or CSV file
+    """--chunk-words, --encoding and --unicode-errors are for the files of a folder: with a JSON Lines or CSV file
     they are refused, never ignored."""
     records = tmp_path / f"notes{suffix}"
     records.write_text('{"id": "a", "text": "the heart"}\n' if suffix == ".jsonl" else "id,text\na,the heart\n")

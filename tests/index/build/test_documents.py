@@ -339,8 +339,9 @@ def test_directory_of_passages_needs_vectors(tmp_path: Path, lee: Lee) -> None:
     (docs / "e.TXT").write_bytes(b"fine\n\ncaf\xe9\n")
     message = import_fails(docs, tmp_path / "data", "--format", "documents")
     assert message == (
-        f"embedding-index: error: {docs / 'e.TXT'}:3: not UTF-8 text (byte 0xe9) "
-        "(use --drop-invalid to skip such files, or --unicode-errors replace)"
+        f"embedding-index: error: {docs / 'e.TXT'}:3: not UTF-8 text (byte 0xe9); use --encoding NAME for a file in "
+        "another encoding (such as latin-1), --unicode-errors replace to substitute U+FFFD, or --drop-invalid to skip "
+        "such files"
     )
 
 

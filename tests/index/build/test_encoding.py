@@ -295,26 +295,25 @@ def test_codec_names_are_pythons() -> None:
 
 
 def test_encoding_on_a_format_of_text_tokens_is_refused(tmp_path: Path, data_dir: Path) -> None:
-    """--encoding is for the readers that decode tokens from bytes: a file of documents, a model or an .npz (a str
-    array) would ignore it, so it is refused; so is --unicode-errors ignore for a folder of text files, which reads
-    them with replace or refuses them."""
+    """--encoding is for the readers that decode tokens from bytes and for a folder's files: a file of documents, a
+    model or an .npz (a str array) would ignore it, so it is refused (a folder: tests/index/build/
+    test_folder_encoding.py)."""
     records = tmp_path / "notes.jsonl"
     records.write_text('{"id": "a", "text": "the heart", "vector": [0.1, 0.2]}\n')
     for codec in ("latin-1", "utf-8"):  # UTF-8 named too: the option is refused where it does not apply, not read
         result = run_cli("import", records, "--name", "t", "--data-dir", data_dir, "--encoding", codec)
         assert (result.code, result.err) == (
             1,
-            "embedding-index: error: --encoding: only for --format word2vec, word2vec-binary, glove, fasttext, npy or "
-            f"projector, and {records} reads as documents\n",
+            f"embedding-index: error: --encoding: only for a folder of text files, and {records} is a file of "
+            "documents\n",
         )
-    folder = tmp_path / "notes"
-    folder.mkdir()
-    (folder / "a.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
-    result = run_cli("import", folder, "--name", "t", "--data-dir", data_dir, "--unicode-errors", "ignore")
+    model = tmp_path / "model"
+    model.mkdir()
+    result = run_cli("import", model, "--name", "t", "--data-dir", data_dir, "--format", "hf", "--encoding", "cp1252")
     assert (result.code, result.err) == (
         1,
-        "embedding-index: error: --unicode-errors ignore: only for --format word2vec, word2vec-binary, glove, "
-        f"fasttext, npy or projector, and {folder} reads as documents\n",
+        "embedding-index: error: --encoding: only for --format word2vec, word2vec-binary, glove, fasttext, npy, "
+        f"projector or a folder of text files, and {model} reads as hf, whose tokens are text already\n",
     )
     np.savez(tmp_path / "m.npz", vectors=np.eye(2, dtype=np.float32), tokens=np.array(["a", "b"]))
     refused = import_fails(tmp_path / "m.npz", data_dir, "--encoding", "latin-1")

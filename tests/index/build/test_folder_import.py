@@ -21,6 +21,10 @@ from tests.cli import REPO, run_cli
 
 LICENSES = Path("/usr/share/common-licenses")
 MAN = Path("/usr/share/man/man1")
+HINT = (  # the ways out of a file the encoding does not read
+    "use --encoding NAME for a file in another encoding (such as latin-1), --unicode-errors replace to substitute "
+    "U+FFFD, or --drop-invalid to skip such files"
+)
 
 
 def plain_text(path: Path) -> bool:
@@ -103,8 +107,7 @@ def test_a_file_that_is_not_utf8_stops_the_import_unless_told(folder: Path, tmp_
     result = run_cli("import", folder, "--name", "t", "--data-dir", data)
     assert result.code == 1 and not (data / "t").exists()
     assert result.err.strip() == (
-        f"embedding-index: error: {folder / 'latin1.txt'}:1: not UTF-8 text (byte 0xe7) "
-        "(use --drop-invalid to skip such files, or --unicode-errors replace)"
+        f"embedding-index: error: {folder / 'latin1.txt'}:1: not UTF-8 text (byte 0xe7); {HINT}"
     )
     replaced = read_folder(folder, unicode_errors="replace")
     assert replaced.replaced == ["latin1.txt"] and "latin1.txt" not in dict(replaced.skipped)
@@ -290,8 +293,7 @@ def test_control_characters_in_names_are_escaped_where_they_are_named(tmp_path: 
     (root / "latin\t1.txt").write_bytes("fran\u00e7aise\n".encode("latin-1"))
     result = run_cli("import", root, "--name", "bad", "--data-dir", data_dir)
     assert result.code == 1 and result.err.strip() == (
-        f"embedding-index: error: {root}/latin\\x091.txt:1: not UTF-8 text (byte 0xe7) "
-        "(use --drop-invalid to skip such files, or --unicode-errors replace)"
+        f"embedding-index: error: {root}/latin\\x091.txt:1: not UTF-8 text (byte 0xe7); {HINT}"
     )
 
 
@@ -331,10 +333,7 @@ def test_a_bad_byte_after_a_utf8_mark_is_named(tmp_path: Path) -> None:
     (root / "notes.txt").write_bytes(b"\xef\xbb\xbf" + french.encode("latin-1"))
     result = run_cli("import", root, "--name", "t", "--data-dir", tmp_path / "data")
     assert result.code == 1 and not (tmp_path / "data" / "t").exists()
-    assert result.err.strip() == (
-        f"embedding-index: error: {root / 'notes.txt'}:3: not UTF-8 text (byte 0xe7) "
-        "(use --drop-invalid to skip such files, or --unicode-errors replace)"
-    )
+    assert result.err.strip() == (f"embedding-index: error: {root / 'notes.txt'}:3: not UTF-8 text (byte 0xe7); {HINT}")
 
 
 def test_a_file_on_one_line_is_cut_into_passages_of_chunk_words(tmp_path: Path, data_dir: Path) -> None:

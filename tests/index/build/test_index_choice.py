@@ -497,6 +497,15 @@ def lines_until(stream: io.StringIO, count: int, prefix: str) -> list[str]:
     return lines
 
 
+def status_until(path: Path, done: float) -> dict[str, Any]:
+    """The status file once it says ``done`` (a step's clock writes it just after its line)."""
+    deadline = time.monotonic() + LINE_WAIT
+    while (status := progress.read_status(path)) is None or status["done"] != done:
+        assert time.monotonic() < deadline, f"a status file still at {status} after {LINE_WAIT}s"
+        time.sleep(0.01)
+    return status
+
+
 def test_a_step_whose_work_does_not_move_still_says_where_it_is(tmp_path: Path) -> None:
     """Lines on a clock, not on the work: a step that takes a piece of work longer than the interval (an HNSW
     graph's 10,000 rows, one FAISS call) wrote nothing until the piece was done (7-20 s apart on the default
@@ -507,10 +516,10 @@ def test_a_step_whose_work_does_not_move_still_says_where_it_is(tmp_path: Path) 
     progress.CONFIG.stream = stream
     try:
         progress.configure(quiet=False, status_file=status, interval=0.05)
-        with progress.Progress("adding rows to the index", 400_000) as step:
-            step.advance(10_000)  # then nothing: the next piece of work takes "long"
-            lines_until(stream, 1, "embedding-index: adding rows to the index: ")
-            first = progress.read_status(status)
+        step = progress.Progress("adding rows to the index", 400_000)
+        step.advance(10_000)  # before its clock starts (it may speak at once on a busy machine), then nothing:
+        with step:  # the next piece of work takes "long"
+            first = status_until(status, 0.025)
             lines_until(stream, 3, "embedding-index: adding rows to the index: ")
             later = progress.read_status(status)
         with progress.Progress("training the index (IndexIVFPQ)", None):
@@ -527,7 +536,7 @@ def test_a_step_whose_work_does_not_move_still_says_where_it_is(tmp_path: Path) 
     for line in lines:
         assert re.fullmatch(r"embedding-index: adding rows to the index: 2% \(10,000 of 400,000 rows\), \S+ left", line)
     assert last.startswith("embedding-index: adding rows to the index: done (400,000 of 400,000 rows) in "), last
-    assert first is not None and later is not None and later["done"] == first["done"] == 0.025
+    assert later is not None and later["done"] == 0.025
     assert later["elapsed_seconds"] >= first["elapsed_seconds"]
     for line in unknown:
         assert re.fullmatch(r"embedding-index: training the index \(IndexIVFPQ\): \S+ so far", line), line

@@ -50,20 +50,31 @@ def test_a_stopped_command_leaves_no_process_behind(end: str) -> None:
             child.kill()
 
 
-# Says its priority, starts a child that says its own after a while, says its own again then.
-SAYS_LATER = "import os, time; time.sleep(2); print(os.nice(0), flush=True)"
-HURRIED = (
-    "import os, subprocess, sys, time; "
-    f"child = subprocess.Popen([sys.executable, '-c', {SAYS_LATER!r}]); "
-    "print(os.nice(0), flush=True); time.sleep(2); print(os.nice(0), flush=True); child.wait()"
-)
+def hurried(raised: bool) -> str:
+    """A command that says its priority, starts a child, and once its priority is raised (where the system lets
+    it be: else after 2 s) says it again, as its child does: said on the event, not after a while that the test
+    thread, starved on a busy machine, might outlast before it hurries them."""
+    seconds = START_SECONDS if raised else 2.0
+    wait = f"end = time.monotonic() + {seconds}\nwhile os.nice(0) > 0 and time.monotonic() < end:\n    time.sleep(0.05)"
+    says_later = f"import os, time\n{wait}\nprint(os.nice(0), flush=True)"
+    return "\n".join(
+        [
+            "import os, subprocess, sys, time",
+            f"child = subprocess.Popen([sys.executable, '-c', {says_later!r}])",
+            "print(os.nice(0), flush=True)",
+            wait,
+            "print(os.nice(0), flush=True)",
+            "child.wait()",
+        ]
+    )
 
 
 def test_a_command_a_test_waits_for_runs_at_the_tests_priority() -> None:
     """Beside the tests an early command runs at nice 19; once a test waits for it, it and what it started run at
     the tests' own priority, where the system lets a process raise one (root, or ``RLIMIT_NICE``)."""
     raised = os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20
-    early = Early(__name__, "hurried", lambda out: [sys.executable, "-c", HURRIED], timeout=60.0)
+    command = hurried(raised)
+    early = Early(__name__, "hurried", lambda out: [sys.executable, "-c", command], timeout=2 * START_SECONDS)
     try:
         early.start()
         deadline = time.monotonic() + START_SECONDS

@@ -947,18 +947,17 @@ def test_a_regular_expression_that_backtracks_for_minutes_leaves_the_tab_respons
     page.route("**/map/labels", lambda route: route.fulfill(body=body, content_type=labels.headers["content-type"]))
     open_table_map(watched, server)
     scale = page.evaluate("explorer.tableMap.view.s")
-    page.evaluate(
-        "() => { window.framesDrawn = 0; const tick = () => { window.framesDrawn++; requestAnimationFrame(tick); }; "
-        "tick(); }"
+    page.evaluate(  # the frames drawn while the page says the expression runs
+        "() => { window.framesSearching = 0; const tick = () => { const said = document.querySelector("
+        "'#table-map .tm-matches').textContent; if (said === 'searching…') window.framesSearching++; "
+        "requestAnimationFrame(tick); }; tick(); }"
     )
     page.fill("#tm-search", "/(a+)+$/")
     page.press("#tm-search", "Enter")
-    page.wait_for_selector("#table-map .tm-matches >> text=searching")
-    frames = page.evaluate("window.framesDrawn")
-    # Frames go on being drawn while the expression runs (tested on the page's thread, none came: the tab froze)
-    page.wait_for_function("n => window.framesDrawn > n + 5", arg=frames, timeout=2_000)
-    assert page.inner_text("#table-map .tm-matches") == "searching…"
-    page.wait_for_selector("#table-map .tm-matches >> text=stopped after 3 s", timeout=10_000)
+    # Frames go on being drawn while the expression runs (tested on the page's thread, none came: the tab froze),
+    # however few a busy machine draws in its 3 s
+    page.wait_for_function("() => window.framesSearching >= 3", timeout=120_000)
+    page.wait_for_selector("#table-map .tm-matches >> text=stopped after 3 s", timeout=120_000)
     assert page.evaluate("explorer.tableMap.matches") is None and page.get_attribute("#table-map", "data-matches") == ""
     assert page.evaluate("explorer.tableMap.view.s") == scale  # Enter zoomed to nothing
     page.fill("#tm-search", "/^a{30}!$/")

@@ -52,15 +52,28 @@ ENV = {
     "EMBEDDING_KEEP_ALIVE_TIMEOUT": str(KEEP_ALIVE),
     "EMBEDDING_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
 }
+# The connection limit's tests keep their connections idle between requests as long as a busy machine takes to
+# run them (KEEP_ALIVE closed some, freeing their slots): their server keeps an idle connection this long.
+HELD_KEEP_ALIVE = 600.0
 
 
-@pytest.fixture(scope="module")
-def server(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    process = start(small_data_dir, tmp_path_factory.mktemp("exposure") / "server.log", env=ENV)
+def serving(data_dir: Path, tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Iterator[Server]:
+    process = start(data_dir, tmp_path_factory.mktemp("exposure") / "server.log", env=env)
     try:
         yield process
     finally:
         assert process.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def server(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from serving(small_data_dir, tmp_path_factory, ENV)
+
+
+@pytest.fixture(scope="module")
+def holding(small_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server whose idle connections stay open for the limit's tests."""
+    yield from serving(small_data_dir, tmp_path_factory, {**ENV, "EMBEDDING_KEEP_ALIVE_TIMEOUT": str(HELD_KEEP_ALIVE)})
 
 
 def refused_while_sending(server: Server, raw: bytes) -> tuple[tuple[int, dict[str, str], bytes], int]:
@@ -232,30 +245,30 @@ def test_an_idle_kept_alive_connection_is_closed(server: Server) -> None:
     assert KEEP_ALIVE - 0.05 <= elapsed < KEEP_ALIVE + SLACK
 
 
-def test_connections_over_the_limit_get_503(server: Server) -> None:
-    kept = [connect(server.port) for _ in range(MAX_CONNECTIONS)]
+def test_connections_over_the_limit_get_503(holding: Server) -> None:
+    kept = [connect(holding.port) for _ in range(MAX_CONNECTIONS)]
     try:
         for sock in kept:
             sock.sendall(request("GET", "/healthz"))
             assert read_response(sock)[0] == 200
-        with connect(server.port) as extra:
+        with connect(holding.port) as extra:
             extra.sendall(request("GET", "/readyz", headers={"X-Request-ID": "over-the-limit-7"}))
             response = read_response(extra)
             assert closed(extra)
         error = error_of(response, 503)
         assert error["code"] == "overloaded" and response[1]["retry-after"] == "1"
         assert response[1]["x-request-id"] == "over-the-limit-7"  # sent back, and its access line names it
-        assert '"GET /readyz HTTP/1.1" 503 request_id=over-the-limit-7\n' in server.log()
-        with connect(server.port) as extra:  # the liveness probe: saturated is not dead (no restart for it)
+        assert '"GET /readyz HTTP/1.1" 503 request_id=over-the-limit-7\n' in holding.log()
+        with connect(holding.port) as extra:  # the liveness probe: saturated is not dead (no restart for it)
             extra.sendall(request("GET", "/healthz"))
             response = read_response(extra)
             assert closed(extra)
         assert response[0] == 200 and json.loads(response[2]) == {"status": "ok"}
-        with connect(server.port) as extra:  # on an OpenAI-compatible path, in OpenAI's shape
+        with connect(holding.port) as extra:  # on an OpenAI-compatible path, in OpenAI's shape
             extra.sendall(request("GET", "/v1/models"))
             error = error_of(read_response(extra), 503)
         assert error == {"message": error["message"], "type": "server_error", "param": None, "code": "overloaded"}
-        with Client(server.base, retries=0) as client, pytest.raises(ApiError) as busy:  # the Python client's error
+        with Client(holding.base, retries=0) as client, pytest.raises(ApiError) as busy:  # the Python client's error
             client.tables()
         assert (busy.value.status, busy.value.code, busy.value.retry_after) == (503, "overloaded", 1.0)
         for sock in kept:  # the connections within the limit are served as before
@@ -264,15 +277,15 @@ def test_connections_over_the_limit_get_503(server: Server) -> None:
         kept.pop().close()
 
         def served() -> bool:  # once the server has seen the close, a new connection fits again
-            with connect(server.port) as sock:
+            with connect(holding.port) as sock:
                 sock.sendall(request("GET", "/healthz"))
                 return read_response(sock)[0] == 200
 
-        wait_for(served, seconds=5, what="a free connection slot")
+        wait_for(served, what="a free connection slot")
     finally:
         for sock in kept:
             sock.close()
-    assert f"over {MAX_CONNECTIONS} connections: answering 503" in server.log()
+    assert f"over {MAX_CONNECTIONS} connections: answering 503" in holding.log()
 
 
 SEARCH = "/v1/tables/small/search"
@@ -419,30 +432,30 @@ def refusals(server: Server) -> tuple[dict[str, float], int]:
     return {code: float(value) for code, value in found}, over
 
 
-def test_the_refusals_are_counted_in_the_metrics(server: Server) -> None:
+def test_the_refusals_are_counted_in_the_metrics(holding: Server) -> None:
     """The requests the protocol refuses never reach the app, whose request metrics count its answers: each is
     counted in ``embedding_http_refused_total`` by its code, the liveness probe answered alive over the connection
     limit not."""
-    before, _ = refusals(server)
-    kept = [connect(server.port) for _ in range(MAX_CONNECTIONS)]
+    before, _ = refusals(holding)
+    kept = [connect(holding.port) for _ in range(MAX_CONNECTIONS)]
     try:
         for sock in kept:
             sock.sendall(request("GET", "/healthz"))
             assert read_response(sock)[0] == 200
         for path in ("/v1/tables", "/healthz", "/v1/tables"):
-            with connect(server.port) as extra:
+            with connect(holding.port) as extra:
                 extra.sendall(request("GET", path))
                 assert read_response(extra)[0] == (200 if path == "/healthz" else 503)
     finally:
         for sock in kept:
             sock.close()
-    with connect(server.port, timeout=10) as sock:
+    with connect(holding.port, timeout=10) as sock:
         sock.sendall(request("GET", "/healthz", headers={"X-Big": "z" * MAX_HEADER_BYTES}))
         assert error_of(read_response(sock), 431)["code"] == "headers_too_large"
-    with connect(server.port, timeout=10) as sock:
+    with connect(holding.port, timeout=10) as sock:
         sock.sendall(b"GET /healthz HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n")
         assert error_of(read_response(sock), 505)["code"] == "http_version_not_supported"
-    after, over = refusals(server)
+    after, over = refusals(holding)
     added = {code: count - before.get(code, 0.0) for code, count in after.items()}
     assert {code: count for code, count in added.items() if count} == {
         "overloaded": 2 + over,

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from index.engine.table import Table
 from service.main import listen_problem
+from service.workers import WORKER_SILENCE_SECONDS
 from service_client import ApiError, Client, Neighbor, segment
 from tests.cli import run_cli
 from tests.service import failing_serve, raw_http
@@ -376,7 +377,9 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         try:
             time.sleep(1.5)
             server.process.send_signal(signal.SIGHUP)
-            wait_for(lambda: "SIGHUP: reloading the tables" in server.log(), seconds=3, what="the other's reload")
+            # at once, not once the check gives up on the silent one: half its wait leaves a busy machine time
+            reloaded = "SIGHUP: reloading the tables"
+            wait_for(lambda: reloaded in server.log(), seconds=WORKER_SILENCE_SECONDS / 2, what="the other's reload")
             time.sleep(4.5)
             assert workers[0].is_running() and "died" not in server.log()
         finally:
@@ -413,7 +416,8 @@ def test_two_workers_share_the_tables_and_the_metrics(small_data_dir: Path, tmp_
         server.process.send_signal(signal.SIGTERM)
         time.sleep(0.1)  # not merged with the first while that one is pending
         server.process.send_signal(signal.SIGTERM)
-        wait_for(lambda: exited(other), seconds=3, what="the other worker's exit")  # reaped after the hung one
+        # reaped after the hung one, its SIGTERM not held back by the health check's wait on that one
+        wait_for(lambda: exited(other), seconds=WORKER_SILENCE_SECONDS / 2, what="the other worker's exit")
     finally:
         stop(server)
     # Every line of the supervisor's and the workers', from the start-up's warning to the shutdown, is one object.

@@ -26,16 +26,16 @@ NAMES = [shardmap.shard_name(s) for s in range(LEE_SHARDS)]
 TIMEOUT = 2.0  # EMBEDDING_SHARD_TIMEOUT
 
 
-def searched(front: Server, lee: Lee, times: int) -> list[float]:
-    """Each search's seconds."""
-    seconds = []
+def searched(front: Server, lee: Lee, times: int) -> list[tuple[float, float]]:
+    """Each search's start (``time.monotonic()``) and seconds."""
+    timed = []
     for i in range(times):
         began = time.monotonic()
         body = {"vector": lee.vectors[i].tolist(), "k": 5}
         answer = HTTP.post(f"{front.base}/v1/tables/lee/search", json=body, timeout=30)
-        seconds.append(time.monotonic() - began)
+        timed.append((began, time.monotonic() - began))
         assert answer.status_code == 200 and answer.json()["hits"][0]["id"] == lee.ids[i], answer.text
-    return seconds
+    return timed
 
 
 def searches_served(server: Server) -> int:
@@ -61,21 +61,29 @@ def test_a_stopped_replica_costs_one_deadline_not_every_other_request(
         searched(front, lee_docs, 4)
         assert searches_served(stopped) >= 1  # in its turn
         stopped.process.send_signal(signal.SIGSTOP)
-        began = time.monotonic()
-        seconds = searched(front, lee_docs, 8)
-        assert time.monotonic() - began < TIMEOUT + FAIL_SECONDS  # within the time a failed replica is tried last
-        assert sum(s > TIMEOUT / 2 for s in seconds) == 1, seconds  # the one that met it; the others at once
-        assert all(s < 2 * TIMEOUT for s in seconds), seconds
+        timed = searched(front, lee_docs, 8)
+        slow = [i for i, (_, seconds) in enumerate(timed) if seconds >= TIMEOUT]  # waited out the deadline
+        assert slow and slow[0] <= 1, timed  # the stopped replica met in its turn, one of the first two searches
+        # It failed no earlier than its deadline: the searches begun within FAIL_SECONDS of that (less a second for
+        # the front's own delays) are answered by the other replica at once, whatever a busy machine makes of the
+        # rest (a later one may meet it in its turn)
+        tried_last_until = timed[slow[0]][0] + TIMEOUT + FAIL_SECONDS - 1
+        after = [seconds for began, seconds in timed[slow[0] + 1 :] if began < tried_last_until]
+        assert after and all(seconds < TIMEOUT for seconds in after), timed
+        assert all(seconds < 2 * TIMEOUT for _, seconds in timed), timed  # one deadline each, then the other replica
         # Every search was answered: the operator learns of the replica from the front's log and metrics
         failing = f"{replicas[0][0]}: no answer within {TIMEOUT:g} s; tried after its other replicas for 5 s"
-        [line] = [line for line in front.log().splitlines() if "WARNING service.scatter" in line]
-        assert line.endswith(f"WARNING service.scatter: table 'lee', shard 0: {failing}"), line
-        assert shard_failures(front.base) == {("lee", "0"): 1.0}
+        warnings = [line for line in front.log().splitlines() if "WARNING service.scatter" in line]
+        assert len(warnings) == len(slow), warnings
+        for line in warnings:
+            assert line.endswith(f"WARNING service.scatter: table 'lee', shard 0: {failing}"), line
+        assert shard_failures(front.base) == {("lee", "0"): float(len(slow))}
         stopped.process.send_signal(signal.SIGCONT)
+        time.sleep(FAIL_SECONDS)  # its last failure's while is over; what it answers late once running is logged
         served = searches_served(stopped)
-        time.sleep(FAIL_SECONDS)
         searched(front, lee_docs, 4)
         assert searches_served(stopped) > served  # answering again: in its turn again
-        assert shard_failures(front.base) == {("lee", "0"): 1.0} and front.log().count("WARNING service.scatter") == 1
+        assert shard_failures(front.base) == {("lee", "0"): float(len(slow))}
+        assert front.log().count("WARNING service.scatter") == len(slow)
     finally:
         real_server.stop_together(started)

@@ -106,19 +106,11 @@ def analogy_part(table: Table, words: np.ndarray, k: int, method: Method) -> lis
 
 
 def whole_rows(table: Table) -> np.ndarray:
-    """Each row's row in the whole table: a shard's from the file its import wrote beside it
-    (``shardmap.WHOLE_ROWS``), any other table's its own."""
-
-    def load() -> np.ndarray:
-        path = table.directory / shardmap.WHOLE_ROWS
-        if not path.is_file():
-            return np.arange(table.rows, dtype=np.int64)
-        rows = np.load(path, mmap_mode="r", allow_pickle=False)
-        if rows.shape != (table.rows,):
-            raise ArtifactError(f"table {table.name!r}: {shardmap.WHOLE_ROWS} disagrees with its rows")
-        return np.asarray(rows, dtype=np.int64)
-
-    return table.cached("whole_rows", load)
+    """Each row's row in the whole table: a shard's from the file its import wrote beside it, read at its load
+    (``Table.in_whole``), any other table's its own."""
+    if table.in_whole is not None:
+        return table.in_whole
+    return table.cached("whole_rows", lambda: np.arange(table.rows, dtype=np.int64))
 
 
 def local_rows(table: Table, rows: Sequence[int]) -> np.ndarray:

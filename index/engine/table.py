@@ -184,6 +184,7 @@ class Table:
         metadata: Mapping[str, Sequence[str]] | None = None,
         payload: Payload | None = None,
         keyword: KeywordIndex | None = None,
+        in_whole: np.ndarray | None = None,
     ) -> None:
         self.directory = directory
         self.manifest = manifest
@@ -207,6 +208,7 @@ class Table:
         self.metadata = metadata or {}
         self.payload = payload  # a documents table's ids, text and fields
         self.keyword = keyword  # a documents table's BM25 index of its text (None: no text)
+        self.in_whole = in_whole  # a shard's: each row's row in its whole table (None: not a shard)
         self._filters: OrderedDict[str, RowSet] = OrderedDict()
         self._filters_lock = threading.Lock()
         self._derived: dict[str, Any] = {}  # what callers derive from the table's files (see cached)
@@ -263,7 +265,9 @@ class Table:
         flags = None if flags is None else flags.view(np.ndarray)
         payload = Payload.open(directory, manifest)
         keyword = KeywordIndex.open(directory, manifest, whole)
-        return cls(directory, manifest, vectors, norms, Tokens(directory), index, flags, metadata, payload, keyword)
+        in_whole = shardmap.read_whole_rows(directory, vectors.shape[0])
+        tokens = Tokens(directory)
+        return cls(directory, manifest, vectors, norms, tokens, index, flags, metadata, payload, keyword, in_whole)
 
     def serve_as(self, name: str) -> None:
         """Take the name it is served under (a table copied or renamed on disk keeps its built name inside)."""

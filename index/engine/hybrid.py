@@ -49,6 +49,8 @@ class Source(Protocol):
     @property
     def rows(self) -> int: ...
     @property
+    def dim(self) -> int: ...
+    @property
     def keyword(self) -> KeywordSearch | None: ...
     @property
     def vectors(self) -> Any: ...
@@ -104,12 +106,14 @@ def check(table: Source, search: DocumentSearch) -> None:
     index. The door's queries always pass (its rules, read per query, say more); this holds for any caller."""
     if search.mode not in MODES:
         raise InvalidQuery(f"unknown mode {shown(search.mode)}: use one of {', '.join(MODES)}")
-    check_page(search.k, search.offset)
+    k, offset = search.k, search.offset
+    if type(k) is not int or k < 1 or type(offset) is not int or offset < 0:  # check_page: a page out of the usual
+        check_page(k, offset)
     if not 0 <= search.diversity <= 1:
         raise InvalidQuery(f"diversity must be between 0 and 1, not {shown(search.diversity)}")
     m = len(search)
     if search.mode != "keyword" or search.diversity > 0:
-        dim = table.vectors.shape[1]
+        dim = table.dim
         if search.queries is None or np.ndim(search.queries) != 2 or np.shape(search.queries)[1] != dim:
             given = "none" if search.queries is None else f"shape {list(np.shape(search.queries))}"
             why = f"mode {search.mode}" if search.mode != "keyword" else "diversity"

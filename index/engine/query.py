@@ -107,8 +107,12 @@ class Query:
         )
         self.plain = self.vector_input and self.mode == "vector" and not self.diversity and self.filter is None
         self.problem = None
+        k, offset = self.k, self.offset
         try:
-            check_page(self.k, self.offset)
+            # The page's rule (table.check_page) called for a page out of the usual only: a request model's query
+            # enters no other module here, on the hot path
+            if type(k) is not int or k < 1 or type(offset) is not int or offset < 0:
+                check_page(k, offset)
             if not self.words_input:
                 check_mode(self.mode, self.text, self.vector_input, self.min_score, self.diversity)
         except (ValueError, InvalidQuery) as exc:

@@ -167,8 +167,16 @@ class Live:
 
     def _refused(self, exc: writelog.LogCorrupt | writelog.LogMismatch) -> ApiError:
         """The 503 of its table once its log, read while serving, holds a record it cannot apply: a damaged one
-        that is no torn tail, or one written to another table's log (the next reload refuses the table)."""
-        return ApiError("not_ready", f"table {self.directory.name!r}: write log {self.path.name}: {exc.message}")
+        that is no torn tail, or one written to another table's log. It lasts until the log is repaired, which a
+        damaged record's refusal says how to do (a record of another table's log, or of a newer release, says so
+        itself); the worker reads on from the repaired log."""
+        message = f"table {self.directory.name!r}: write log {self.path.name}: {exc.message}"
+        if isinstance(exc, writelog.LogCorrupt) and "not a torn tail" in exc.message:
+            message += (
+                "; nothing was cut: copy the log aside, then truncate it at that record (losing the writes after "
+                "it) or restore it from a backup"
+            )
+        return ApiError("not_ready", message)
 
     def _apply(self, records: list[writelog.Record]) -> None:
         """Apply records read from the log; one that does not fit the loaded version (written through another

@@ -15,7 +15,9 @@ too when it had read every write the first of them folded: the later ones are in
 by their sequence numbers. One that had not has lost writes that only newer versions now hold: its reads and writes
 of the table answer 503 ``not_ready`` until it has loaded the newest version, rather than answer without them; it
 asks for that load itself (``when_behind``: the server's reload, ``service.reload.CatchUp``), so the 503 lasts as long
-as the load does, whether or not anything else (the data directory's watcher, a SIGHUP) reloads it.
+as the load does, whether or not anything else (the data directory's watcher, a SIGHUP) reloads it. So does one whose
+table was imported again since it loaded it: a write into the new import's empty log (removed first), or a record
+written through the new import that its version cannot take (another schema).
 
 A shard served alone knows its place in its sharded table (``index.engine.door.shard_place``): it refuses a write
 of an id another shard owns (``service.writes.check_owned``), which would otherwise sit in the wrong shard's log.
@@ -48,13 +50,15 @@ log = logging.getLogger(__name__)
 _LIVE: weakref.WeakKeyDictionary[Table, Live] = weakref.WeakKeyDictionary()
 _SHARDED: weakref.WeakKeyDictionary[Table, Sharded] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
-_BEHIND: list[Callable[[str], None]] = []  # what a worker behind its table's writes calls to load the newer version
+# What a worker serving an older version than its table's writes need calls to load the table's newest version
+_BEHIND: list[Callable[[str, str], None]] = []
 REPLAY_LINE_SECONDS = 5.0  # between two lines of a long replay at load, as between the builder's progress lines
 
 
-def when_behind(load: Callable[[str], None] | None) -> None:
-    """Have ``load(table name)`` called (from any thread, at every read or write while it lasts) once a worker
-    finds it lacks writes only a newer version of the table holds; None: no longer."""
+def when_behind(load: Callable[[str, str], None] | None) -> None:
+    """Have ``load(table name, why)`` called (from any thread, at every read or write while it lasts) once a worker
+    finds it serves an older version than the table's writes need: it lacks writes only a newer version holds, or
+    the table was imported again (removed first, or over itself with another schema); None: no longer."""
     with _LOCK:
         _BEHIND[:] = [load] if load is not None else []
 
@@ -142,25 +146,37 @@ class Live:
         removed and imported afresh, since this worker loaded it (an empty log otherwise follows a cut, whose
         version holds every write this worker has read). Numbered after the removed table's, the write would make
         the table imported under the name refuse its log; checked against the removed table's fields, it could
-        hold what the new one cannot take. It answers again once it has loaded the table in its place."""
+        hold what the new one cannot take. It answers again once it has loaded the table in its place, which it asks
+        for itself (``when_behind``), as a worker behind its table's writes does."""
         if os.fstat(log.fd).st_size:
             return
         manifest = artifact.read_manifest(self.directory)
         folded = int(manifest.get("log_sequence", 0))
         imported = "log_sequence" not in manifest and manifest.get("files") != self.files  # not a compaction's
-        if folded != self.delta.seq or imported:
-            held = f" (the version in its place holds the writes up to {folded}, this worker up to {self.delta.seq})"
-            raise ApiError(
-                "not_ready",
-                f"table {writelog.log_owner(self.path)!r} was removed or imported again since this worker loaded it"
-                f"{held if folded != self.delta.seq else ''}; nothing was written: it answers again once it has "
-                "loaded the table in its place (in a moment)",
-            )
+        if folded == self.delta.seq and not imported:
+            return
+        table = writelog.log_owner(self.path)
+        held = f" (the version in its place holds the writes up to {folded}, this worker up to {self.delta.seq})"
+        held = held if folded != self.delta.seq else ""
+        self._catch_up("it was removed or imported again since this worker loaded it")
+        raise ApiError(
+            "not_ready",
+            f"table {table!r} was removed or imported again since this worker loaded it{held}; nothing was written: "
+            "it answers again once it has loaded the table in its place (in a moment)",
+        )
 
     def _refused(self, exc: writelog.LogCorrupt | writelog.LogMismatch) -> ApiError:
         """The 503 of its table once its log, read while serving, holds a record it cannot apply: a damaged one
-        that is no torn tail, or one written to another table's log (the next reload refuses the table)."""
-        return ApiError("not_ready", f"table {self.directory.name!r}: write log {self.path.name}: {exc.message}")
+        that is no torn tail, or one written to another table's log. It lasts until the log is repaired, which a
+        damaged record's refusal says how to do (a record of another table's log, or of a newer release, says so
+        itself); the worker reads on from the repaired log."""
+        message = f"table {self.directory.name!r}: write log {self.path.name}: {exc.message}"
+        if isinstance(exc, writelog.LogCorrupt) and "not a torn tail" in exc.message:
+            message += (
+                "; nothing was cut: copy the log aside, then truncate it at that record (losing the writes after "
+                "it) or restore it from a backup"
+            )
+        return ApiError("not_ready", message)
 
     def _apply(self, records: list[writelog.Record]) -> None:
         """Apply records read from the log; one that does not fit the loaded version (written through another
@@ -168,7 +184,15 @@ class Live:
         try:
             self.delta.apply(records)
         except writelog.LogMismatch as exc:
-            message = f"table {self.directory.name!r}: write log {self.path.name}: {exc.message}"
+            if artifact.read_manifest(self.directory).get("files") != self.files:  # written through a newer import
+                why = "it was imported again with another schema since this worker loaded it"
+                self._catch_up(why)
+                message = (
+                    f"table {self.directory.name!r}: {why}, and written to since: it answers again once it has loaded "
+                    "the table in its place (in a moment)"
+                )
+            else:
+                message = f"table {self.directory.name!r}: write log {self.path.name}: {exc.message}"
             raise ApiError("not_ready", message) from None
 
     def _check_reach(self, before: int, records: list[writelog.Record]) -> None:
@@ -187,16 +211,20 @@ class Live:
         """The 503 of its table once the log no longer gives this state every write since its version; the newer
         version's load asked for (``when_behind``)."""
         if self.behind:
-            with _LOCK:
-                load = _BEHIND[0] if _BEHIND else None
-            if load is not None:
-                load(self.name)
+            self._catch_up("a newer version holds writes this worker lacks")
             raise ApiError(
                 "not_ready",
                 f"this worker serves an older version of table {self.directory.name!r}, and writes made since (up to "
                 f"sequence {self.behind}) are in a newer one only: it answers again once it has loaded that (in a "
                 "moment)",
             )
+
+    def _catch_up(self, why: str) -> None:
+        """Have the table's newest version loaded (``when_behind``): this worker serves an older one, for ``why``."""
+        with _LOCK:
+            load = _BEHIND[0] if _BEHIND else None
+        if load is not None:
+            load(self.name, why)
 
 
 def _attach(table: Table, directory: Path, name: str = "") -> Live:

@@ -109,7 +109,8 @@ class Reloader:
 
 
 class CatchUp:
-    """The reload a worker behind its table's writes asks for (``live.when_behind``): one at a time however many
+    """The reload a worker behind its table's writes (or serving a table since imported again) asks for
+    (``live.when_behind``): one at a time however many
     requests ask meanwhile, run as SIGHUP's is. When it leaves the table behind (its new files refused: the
     registry keeps the older version), the next waits ``FIRST_WAIT_SECONDS``, doubling to ``LONGEST_WAIT_SECONDS``,
     so a version that cannot be loaded is not scanned for again at every request."""
@@ -133,22 +134,22 @@ class CatchUp:
     def stop(self) -> None:
         live.when_behind(None)
 
-    def ask(self, name: str) -> None:
-        """Have the tables reloaded for table ``name``'s newer version (from any thread): at once, unless one such
-        reload runs or the wait after the last has not passed."""
+    def ask(self, name: str, why: str) -> None:
+        """Have the tables reloaded for table ``name``'s newer version (from any thread), which this worker needs for
+        ``why``: at once, unless one such reload runs or the wait after the last has not passed."""
         with self._lock:
             if self._loop is None or self._running or time.monotonic() < self._next:
                 return
             self._running = True
-        self._loop.call_soon_threadsafe(self._spawn, name)
+        self._loop.call_soon_threadsafe(self._spawn, name, why)
 
-    def _spawn(self, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._reload(name))
+    def _spawn(self, name: str, why: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._reload(name, why))
         self._tasks.add(task)  # keep a reference until it is done
         task.add_done_callback(self._tasks.discard)
 
-    async def _reload(self, name: str) -> None:
-        log.info("table %r: a newer version holds writes this worker lacks: reloading the tables", name)
+    async def _reload(self, name: str, why: str) -> None:
+        log.info("table %r: %s: reloading the tables", name, why)
         loaded = False
         try:
             loaded = name in (await self.reloader())["loaded"]

@@ -79,6 +79,7 @@ SECOND = Beside(
         "service/test_shards_encoder",
         "service/test_shards_fields",
         "service/test_shards_front",
+        "service/test_shards_front_compaction",
         "service/test_shards_front_ids",
         "service/test_shards_front_imports",
         "service/test_shards_replicas",

@@ -7,7 +7,7 @@ Inside, once: tokens, row ids, document ids and examples become unit query vecto
 hybrid's fallbacks; a filter is compiled; the mode rules each query read on itself (``Query.problem``) are
 answered, with what only the table can say (its keyword index); the items are grouped into one engine request per
 filter, page and mode; the write log's delta is searched beside the version; hybrid fusion and MMR run
-(``index.engine.hybrid``, which checks none of it again).
+(``index.engine.hybrid``, which checks only that a request is whole, for callers other than the door).
 
 :func:`run` does all of it; :func:`split` gives a plain query's one engine request (a ``VectorSearch`` or
 ``AnalogySearch``, which the service's searcher can join with others) and the step that finishes its answers, so
@@ -525,13 +525,13 @@ def _prepare(table: Table, query: Query, encoder: Table | None, delta: Delta | N
     in mode hybrid none of whose words the encoder knows (a command name, a product code, a typo) is searched by
     keyword alone, and the answer says so (``fallback``); text none of whose words a document holds, by vector
     alone. ``min_score`` (a floor on fused scores) and ``diversity`` keep mode hybrid as asked."""
-    if query.words_input:
-        return _Item(query, "vector", probe(table, query))
     mode, text, vector_input = query.mode, query.text, query.vector_input
     if text is None and not vector_input:
         raise InvalidQuery(NO_INPUT)
-    if query.problem is not None:  # the mode rules, read where the query was made
+    if query.problem is not None:  # its page and the mode rules, read where the query was made
         raise InvalidQuery(query.problem)
+    if query.words_input:
+        return _Item(query, "vector", probe(table, query))
     if mode != "vector" and table.keyword is None:  # what the table says, not the query
         raise InvalidQuery(
             f"mode {mode}: table {table.name!r} has no keyword index (its documents have no text); search it by vector"
@@ -606,7 +606,7 @@ def split(table: Table, query: Query, encoder: Table | None = None, delta: Delta
     if not query.plain or delta is not None:
         return None
     expects = expecting(query)
-    if query.text is None and query.min_score is None:  # nothing of the mode rules to check: the hot path
+    if query.problem is None and query.text is None and query.min_score is None:  # nothing to check: the hot path
         found = probe(table, query, encoder, delta)
     else:
         item = _prepare(table, query, encoder, delta)

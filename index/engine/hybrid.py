@@ -16,18 +16,20 @@ plain search.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
 
 from index.engine.filters import RowSet
 from index.engine.fusion import RRF_K, mmr, rrf
 from index.engine.knn import Neighbor
-from index.engine.table import SearchOptions, VectorSearch
+from index.engine.table import SearchOptions, VectorSearch, check_page
+from index.errors import InvalidQuery, counted, shown
 
 Mode = Literal["vector", "keyword", "hybrid"]
+MODES: tuple[Mode, ...] = get_args(Mode)
 LISTS = ("vector", "keyword")  # the lists a hybrid search fuses, in this order
 DEPTH = 100  # candidates each list gives a hybrid search, at least
 DIVERSE = 4  # candidates per hit a diverse search re-ranks
@@ -46,6 +48,8 @@ class Source(Protocol):
     def name(self) -> str: ...
     @property
     def rows(self) -> int: ...
+    @property
+    def dim(self) -> int: ...
     @property
     def keyword(self) -> KeywordSearch | None: ...
     @property
@@ -66,8 +70,7 @@ class DocumentSearch:
     """The ``k`` best documents for each query: ``queries`` (m x dim unit vectors, vector and hybrid modes, and
     with a ``diversity``) and ``texts`` (m query texts, keyword and hybrid modes), ``exclude[i]`` left out of both
     lists. Made by ``index.engine.door`` from queries that passed the mode rules (``index.engine.query``) and the
-    table's check of its keyword index, so it holds what its mode needs, ``k`` from 1, ``offset`` from 0 and
-    ``diversity`` within 0..1: :func:`run` checks none of it again."""
+    table's check of its keyword index; :func:`run` checks that it is whole (:func:`check`) for any other caller."""
 
     mode: Mode
     k: int
@@ -96,8 +99,39 @@ def depths(search: DocumentSearch, rows: int) -> tuple[int, int]:
     return min(pool, rows), min(pool, rows)
 
 
+def check(table: Source, search: DocumentSearch) -> None:
+    """The InvalidQuery of a ``search`` that ``table`` cannot run as given: an unknown mode, a page out of range, a
+    diversity outside 0..1, a mode's or diversity's input missing (query vectors of the table's width, texts), as
+    many of them as queries and of ``exclude``'s collections, or a keyword search of a table without a keyword
+    index. The door's queries always pass (its rules, read per query, say more); this holds for any caller."""
+    if search.mode not in MODES:
+        raise InvalidQuery(f"unknown mode {shown(search.mode)}: use one of {', '.join(MODES)}")
+    k, offset = search.k, search.offset
+    if type(k) is not int or k < 1 or type(offset) is not int or offset < 0:  # check_page: a page out of the usual
+        check_page(k, offset)
+    if not 0 <= search.diversity <= 1:
+        raise InvalidQuery(f"diversity must be between 0 and 1, not {shown(search.diversity)}")
+    m = len(search)
+    if search.mode != "keyword" or search.diversity > 0:
+        dim = table.dim
+        if search.queries is None or np.ndim(search.queries) != 2 or np.shape(search.queries)[1] != dim:
+            given = "none" if search.queries is None else f"shape {list(np.shape(search.queries))}"
+            why = f"mode {search.mode}" if search.mode != "keyword" else "diversity"
+            raise InvalidQuery(f"{why} needs query vectors, one row of {dim} values per query, not {given}")
+    if search.mode != "vector":
+        if search.texts is None:
+            raise InvalidQuery(f"mode {search.mode} needs texts, one per query")
+        if table.keyword is None:
+            raise InvalidQuery(f"mode {search.mode}: table {table.name!r} has no keyword index; search it by vector")
+    lists: dict[str, Sized | None] = {"texts": search.texts, "exclude": search.exclude or None}
+    for name, items in lists.items():
+        if items is not None and len(items) != m:
+            raise InvalidQuery(f"{name} holds {counted(len(items), 'item')}, not one per query ({m})")
+
+
 def run(table: Source, search: DocumentSearch) -> list[list[Hit]]:
-    """Answer ``search`` on ``table``: per query, its hits best first."""
+    """Answer ``search`` on ``table`` (checked first: :func:`check`): per query, its hits best first."""
+    check(table, search)
     m = len(search)
     per_list, pool = depths(search, table.rows)
     vector = _vector_lists(table, search, per_list) if search.mode != "keyword" else None

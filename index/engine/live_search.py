@@ -363,6 +363,7 @@ class LiveSource:
         self.name = table.name
         _, written, _ = delta.matrix()
         self.rows = table.rows + len(written)
+        self.dim = table.dim
         self.vectors = _Rows(table.vectors, written)
         self.statistics = statistics
         self._keyword: LiveKeyword | None = None

@@ -12,7 +12,9 @@ the request schema that makes a single query refuses its problem as the request'
 item's as that item's error. A request's own options are checked against its mode here too (:func:`check_fusion`,
 :func:`check_options`). The door adds what a query cannot know, the table's keyword index, and refuses text beside
 a vector input in mode vector as the search's own error, after the request's checks; ``index.engine.hybrid`` checks
-none of them again.
+none of them again (only that a request handed to it is whole). A query's page (``k``, ``offset``) is checked here
+too, for any input (``index.engine.table.check_page``): a query made in process, not by a request model, is answered
+by its own error rather than by a failure deep in a kernel.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from typing import Any, Literal
 import numpy as np
 
 from index.engine.fusion import RRF_K
-from index.engine.hybrid import Hit, Mode
+from index.engine.hybrid import MODES, Hit, Mode
 from index.engine.knn import Neighbor
-from index.engine.table import Method, SearchOptions
-from index.errors import EmbeddingError
+from index.engine.table import Method, SearchOptions, check_page
+from index.errors import EmbeddingError, InvalidQuery, shown
 
 DEFAULT_OPTIONS = SearchOptions()
 
@@ -88,8 +90,8 @@ class Query:
     plain: bool = field(init=False)
     # Whether its input is a word table's (token, row, word examples, analogy): searched by vector, no mode of its own.
     words_input: bool = field(init=False)
-    # What the mode rules (:func:`check_mode`) find wrong with any other input (None: nothing): the door answers it
-    # as the query's error.
+    # What is wrong with its page (k, offset: ``table.check_page``) or, of any other input, what the mode rules
+    # (:func:`check_mode`) find wrong (None: nothing): the door answers it as the query's error.
     problem: str | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -105,11 +107,16 @@ class Query:
         )
         self.plain = self.vector_input and self.mode == "vector" and not self.diversity and self.filter is None
         self.problem = None
-        if not self.words_input:
-            try:
+        k, offset = self.k, self.offset
+        try:
+            # The page's rule (table.check_page) called for a page out of the usual only: a request model's query
+            # enters no other module here, on the hot path
+            if type(k) is not int or k < 1 or type(offset) is not int or offset < 0:
+                check_page(k, offset)
+            if not self.words_input:
                 check_mode(self.mode, self.text, self.vector_input, self.min_score, self.diversity)
-            except ValueError as exc:
-                self.problem = str(exc)
+        except (ValueError, InvalidQuery) as exc:
+            self.problem = str(exc)
 
 
 @dataclass(slots=True, eq=False)
@@ -137,7 +144,11 @@ Answer = Result | Failed
 
 
 def check_options(mode: str, min_score: float | None, diversity: float | None) -> None:
-    """What a mode asks of the score floor and diversity; a ValueError says what is wrong."""
+    """What a mode asks of the score floor and diversity (within 0..1); a ValueError says what is wrong."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {shown(mode)}: use one of {', '.join(MODES)}")
+    if diversity is not None and not 0 <= diversity <= 1:
+        raise ValueError(f"diversity must be between 0 and 1, not {shown(diversity)}")
     if mode == "vector" and min_score is not None and not -1 <= min_score <= 1:
         raise ValueError(f"min_score of mode vector is a cosine, between -1 and 1, got {min_score}")
     if mode == "keyword" and diversity:

@@ -21,6 +21,7 @@ import numpy as np
 
 from index.engine.delta import Delta, Document, Key
 from index.engine.shards import ShardedTable
+from index.errors import WRITES_ONLY
 from index.store.payload import id_key
 from index.store.shardmap import shard_of_id
 
@@ -49,9 +50,9 @@ class WholeDelta:
     """The whole table's delta, gathered from its shards' deltas (made again only when one of them changed)."""
 
     def __init__(self, table: ShardedTable) -> None:
-        assert table.payload is not None
+        payload = table.documents(WRITES_ONLY)
         self.rows, self.global_rows = table.rows, table.global_rows  # not the table: a registry's weak key
-        self.delta = Delta(table.payload, table.rows, table.dim, 0)
+        self.delta = Delta(payload, table.rows, table.dim, 0)
         self._parts: list[tuple[dict[Key, Document], np.ndarray]] = []
         self._lock = threading.Lock()
 

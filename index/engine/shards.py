@@ -32,7 +32,16 @@ from index.engine.hybrid import run as run_documents
 from index.engine.keyword import KeywordIndex
 from index.engine.knn import Hits, Neighbor
 from index.engine.lookup import NEIGHBOURHOOD, SUGGESTION_POOL, best_suggestions, ranked_candidates
-from index.engine.table import AnalogySearch, Answers, Method, Search, SearchOptions, Table, VectorSearch
+from index.engine.table import (
+    AnalogySearch,
+    Answers,
+    Method,
+    Search,
+    SearchOptions,
+    Table,
+    VectorSearch,
+    check_page,
+)
 from index.errors import ArtifactError, InvalidQuery, counted
 from index.store import artifact, shardmap
 from index.store.payload import KIND, Payload, sort_ids
@@ -97,19 +106,11 @@ def analogy_part(table: Table, words: np.ndarray, k: int, method: Method) -> lis
 
 
 def whole_rows(table: Table) -> np.ndarray:
-    """Each row's row in the whole table: a shard's from the file its import wrote beside it
-    (``shardmap.WHOLE_ROWS``), any other table's its own."""
-
-    def load() -> np.ndarray:
-        path = table.directory / shardmap.WHOLE_ROWS
-        if not path.is_file():
-            return np.arange(table.rows, dtype=np.int64)
-        rows = np.load(path, mmap_mode="r", allow_pickle=False)
-        if rows.shape != (table.rows,):
-            raise ArtifactError(f"table {table.name!r}: {shardmap.WHOLE_ROWS} disagrees with its rows")
-        return np.asarray(rows, dtype=np.int64)
-
-    return table.cached("whole_rows", load)
+    """Each row's row in the whole table: a shard's from the file its import wrote beside it, read at its load
+    (``Table.in_whole``), any other table's its own."""
+    if table.in_whole is not None:
+        return table.in_whole
+    return table.cached("whole_rows", lambda: np.arange(table.rows, dtype=np.int64))
 
 
 def local_rows(table: Table, rows: Sequence[int]) -> np.ndarray:
@@ -457,8 +458,7 @@ class ShardedTable(Table):
 
     def ids(self, rows: Sequence[int]) -> list[Any]:
         """The document ids of the whole table's ``rows``."""
-        assert self.payload is not None
-        return self.payload.ids(rows)
+        return self.documents("it has no document ids").ids(rows)
 
     def _local_exclude(self, exclude: Sequence[Collection[int]], shard: int) -> list[Collection[int]]:
         out: list[Collection[int]] = []
@@ -488,8 +488,7 @@ class ShardedTable(Table):
             if search.method != "3cosadd":
                 return self._analogies(search)
             search = self._analogy_search(search)
-        if search.k < 1 or search.offset < 0:
-            raise InvalidQuery("k must be at least 1 and offset at least 0")
+        check_page(search.k, search.offset)
         rows, options = search.rows, search.options
         self.limit(options)
         want = search.offset + search.k
@@ -519,8 +518,6 @@ class ShardedTable(Table):
     def _analogies(self, search: AnalogySearch) -> Answers:
         """3CosMul: each shard's ``k + 3`` best for the question's three rows (:func:`analogy_part`, the whole
         table's arithmetic), merged by score, then row, a, b and c left out."""
-        if search.k < 1:
-            raise InvalidQuery("k must be at least 1")
         self.limit(search.options)
         answers: Answers = []
         for question in search.questions:

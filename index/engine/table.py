@@ -38,6 +38,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral
 from pathlib import Path
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
@@ -64,7 +65,7 @@ from index.engine.knn import (
     unit_queries,
 )
 from index.engine.lookup import Lookup, Resolved
-from index.errors import ArtifactError, InvalidQuery, not_documents
+from index.errors import ArtifactError, InvalidQuery, not_documents, shown
 from index.store import artifact, shardmap
 from index.store.metadata import load_metadata
 from index.store.payload import Payload
@@ -117,6 +118,14 @@ class SearchKeywords(TypedDict, total=False):
     whole_words_only: bool
 
 
+def check_page(k: Any, offset: Any) -> None:
+    """A search's page, as any caller may give it: ``k`` hits, a whole number from 1, after ``offset`` skipped, a
+    whole number from 0; else an InvalidQuery saying which."""
+    for name, value, least in (("k", k, 1), ("offset", offset, 0)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < least:
+            raise InvalidQuery(f"{name} must be a whole number of at least {least}, not {shown(value)}")
+
+
 # Requests are made once per query on the hot path and never changed after: plain slotted classes (a frozen
 # dataclass pays for every field it sets).
 @dataclass(slots=True, eq=False)
@@ -150,6 +159,7 @@ class AnalogySearch:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise InvalidQuery(f"unknown analogy method {self.method!r}: use 3cosadd or 3cosmul")
+        check_page(self.k, 0)
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -174,6 +184,7 @@ class Table:
         metadata: Mapping[str, Sequence[str]] | None = None,
         payload: Payload | None = None,
         keyword: KeywordIndex | None = None,
+        in_whole: np.ndarray | None = None,
     ) -> None:
         self.directory = directory
         self.manifest = manifest
@@ -197,6 +208,7 @@ class Table:
         self.metadata = metadata or {}
         self.payload = payload  # a documents table's ids, text and fields
         self.keyword = keyword  # a documents table's BM25 index of its text (None: no text)
+        self.in_whole = in_whole  # a shard's: each row's row in its whole table (None: not a shard)
         self._filters: OrderedDict[str, RowSet] = OrderedDict()
         self._filters_lock = threading.Lock()
         self._derived: dict[str, Any] = {}  # what callers derive from the table's files (see cached)
@@ -253,7 +265,9 @@ class Table:
         flags = None if flags is None else flags.view(np.ndarray)
         payload = Payload.open(directory, manifest)
         keyword = KeywordIndex.open(directory, manifest, whole)
-        return cls(directory, manifest, vectors, norms, Tokens(directory), index, flags, metadata, payload, keyword)
+        in_whole = shardmap.read_whole_rows(directory, vectors.shape[0])
+        tokens = Tokens(directory)
+        return cls(directory, manifest, vectors, norms, tokens, index, flags, metadata, payload, keyword, in_whole)
 
     def serve_as(self, name: str) -> None:
         """Take the name it is served under (a table copied or renamed on disk keeps its built name inside)."""
@@ -490,9 +504,8 @@ class Table:
                 raise TypeError("3CosMul scores every row: it has no nearest-row search to plan")
             queries = np.vstack([self.mean_query([b, c], [a]) for a, b, c in search.questions])
             search = VectorSearch(queries, search.k, [set(q) for q in search.questions], search.options)
+        check_page(search.k, search.offset)
         drop, limit = self.drop_bits(search.options), self.limit(search.options)
-        if search.offset < 0:
-            raise InvalidQuery("offset must be at least 0")
         if search.rows is not None:
             limit = min(limit, int(search.rows.mask[:limit].sum()) if limit < self.rows else search.rows.count)
         want = search.offset + search.k

@@ -243,3 +243,16 @@ def verify(directory: Path, checksums: bool = True) -> artifact.Verification:
     if not problems and rows != manifest.get("rows"):
         problems.append(f"the shards hold {rows:,} rows, the map says {manifest.get('rows'):,}")
     return artifact.Verification(ok=not problems, problems=problems)
+
+
+def read_whole_rows(directory: Path, rows: int) -> np.ndarray | None:
+    """The whole table's row of each of the ``rows`` rows of the shard in ``directory`` (its ``WHOLE_ROWS``), None
+    for a table without that file (not a shard). Read with the rest of its version when it is loaded: a compaction
+    publishes the next version's file under the same path while the loaded one is still served."""
+    path = directory / WHOLE_ROWS
+    if not path.is_file():
+        return None
+    found = np.load(path, mmap_mode="r", allow_pickle=False)
+    if found.shape != (rows,):
+        raise ArtifactError(f"table {directory.name!r}: {WHOLE_ROWS} disagrees with its rows")
+    return np.asarray(found, dtype=np.int64).view(np.ndarray)

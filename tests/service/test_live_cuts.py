@@ -43,6 +43,31 @@ def written(state: live.Live, count: int) -> list[bool]:
     return [delta.written(f"k/{i}") is not None for i in range(count)]
 
 
+def test_a_record_damaged_while_a_worker_serves_says_how_to_repair_it_and_the_worker_reads_on_after(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """Records written after a worker's last read, the middle one damaged (good records after it): the worker's
+    reads answer 503 naming the record and saying what to do, which lasts; truncated at that record as it says, the
+    log is read on by the same worker, without a reload."""
+    data, path = lee_with_log(lee_data_dir, tmp_path)
+    state = attached(data)
+    append(path, lee_docs, 0, 3)
+    records = recovered(path)
+    damaged = bytearray(path.read_bytes())
+    damaged[records[1].end - 5] ^= 0x10
+    path.write_bytes(bytes(damaged))
+    message = refused(state)
+    assert f"record at byte {records[1].offset} (after sequence number 1) is damaged" in message
+    assert message.endswith(
+        "; nothing was cut: copy the log aside, then truncate it at that record (losing the writes after it) or "
+        "restore it from a backup"
+    )
+    assert refused(state) == message
+    with path.open("r+b") as log:
+        log.truncate(records[1].offset)
+    assert written(state, 3) == [True, False, False]
+
+
 def test_a_worker_one_cut_behind_reads_on_and_one_two_cuts_behind_answers_503(
     lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
 ) -> None:

@@ -408,13 +408,17 @@ def served_unwatched(
         yield server, write
 
 
+IMPORTED_AGAIN = "table 'lee': it was removed or imported again since this worker loaded it: reloading the tables"
+
+
 def test_a_removed_table_takes_no_write_and_one_imported_under_its_name_starts_afresh(
     lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
 ) -> None:
     """``embedding-index remove`` while the server still serves the table (nothing watched: until a reload): writes
     after it are refused, 404, rather than answered and kept in a log of their own, which a table imported next under
     the name would replay, or be refused for (its first record far past the new version's); and so are writes to the
-    removed table once another is imported under its name, until the server has loaded that."""
+    removed table once another is imported under its name, until the server has loaded that, which it does by
+    itself (no signal, nothing watched)."""
     data = tmp_path / "data"
     path = writelog.log_path(data, "lee")
     url = "/v1/tables/lee/documents"
@@ -437,13 +441,13 @@ def test_a_removed_table_takes_no_write_and_one_imported_under_its_name_starts_a
         assert (
             "(the version in its place holds the writes up to 0, this worker up to 3); nothing was written" in message
         )
-        server.process.send_signal(signal.SIGHUP)
 
         def fresh() -> bool:
             summary = real_server.HTTP.get(f"{server.base}/v1/tables/lee")
             return summary.status_code == 200 and summary.json()["writes"]["sequence"] == 0
 
-        real_server.wait_for(fresh, 30, "the table imported afresh")
+        real_server.wait_for(fresh, 120, "the table imported afresh, loaded by the server itself")
+        assert IMPORTED_AGAIN in server.log()
         assert real_server.HTTP.get(f"{server.base}{url}/d0").status_code == 404
         again = write(6)
         assert again.status_code == 200 and again.json()["sequence"] == 1, again.text
@@ -454,7 +458,8 @@ def test_a_table_removed_and_imported_again_takes_no_write_before_it_is_loaded(
 ) -> None:
     """A worker that wrote nothing to the removed table ends at the same sequence (0) as the table imported under
     its name: its writes, checked against the removed table's fields, are refused all the same (503) until it has
-    loaded the new import, rather than written into the new table's log as its first record."""
+    loaded the new import (by itself: nothing watched, no signal), rather than written into the new table's log as
+    its first record."""
     data = tmp_path / "data"
     path = writelog.log_path(data, "lee")
     with served_unwatched(lee_data_dir, data, lee_docs) as (server, write):
@@ -469,15 +474,45 @@ def test_a_table_removed_and_imported_again_takes_no_write_before_it_is_loaded(
             "again once it has loaded the table in its place (in a moment)"
         )
         assert not path.exists() or path.stat().st_size == 0
-        server.process.send_signal(signal.SIGHUP)
 
         def fresh() -> bool:
             summary = real_server.HTTP.get(f"{server.base}/v1/tables/lee")
             return summary.status_code == 200 and summary.json()["rows"] == 200
 
-        real_server.wait_for(fresh, 30, "the table imported afresh")
+        real_server.wait_for(fresh, 120, "the table imported afresh, loaded by the server itself")
+        assert IMPORTED_AGAIN in server.log()
         again = write(1)
         assert again.status_code == 200 and again.json()["sequence"] == 1, again.text
+
+
+def test_a_worker_on_a_table_imported_again_with_another_schema_loads_the_new_import_itself(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee
+) -> None:
+    """Nothing watched: ``lee`` imported again over itself (``--force``) with its years as strings, then written to
+    through the new import (a string year, which the served version cannot take): the server answers 503, saying
+    so, until it has loaded the new import, which it does by itself (no signal); then it serves the write."""
+    data = tmp_path / "data"
+    other = [{**{k: v for k, v in r.items() if k != "tags"}, "year": str(r["year"])} for r in jsonl_records(lee_docs)]
+    with served_unwatched(lee_data_dir, data, lee_docs) as (server, _):
+        url = f"{server.base}/v1/tables/lee"
+        assert real_server.HTTP.get(url).json()["writes"]["sequence"] == 0
+        assert import_lee(write_jsonl(tmp_path / "lee-other.jsonl", other), data, "--force").code == 0
+        written = upsert_body(lee_docs, "w1", 1, 2001)
+        written["documents"][0]["fields"]["year"] = "2001"
+        with writelog.appending(writelog.log_path(data, "lee")) as log:  # a writer serving the new import
+            log.append(1, written)
+        behind = real_server.HTTP.get(url)
+        assert behind.status_code == 503, behind.text
+        assert behind.json()["error"]["message"] == (
+            "table 'lee': it was imported again with another schema since this worker loaded it, and written to "
+            "since: it answers again once it has loaded the table in its place (in a moment)"
+        )
+        real_server.wait_for(
+            lambda: real_server.HTTP.get(url).status_code == 200, 120, "the new import, loaded by the server itself"
+        )
+        found = real_server.HTTP.get(f"{url}/documents/w1")
+        assert found.status_code == 200 and found.json()["fields"]["year"] == "2001", found.text
+        assert "it was imported again with another schema since this worker loaded it: reloading" in server.log()
 
 
 def test_an_import_to_or_from_shards_over_writes_is_refused(lee_docs: Lee, tmp_path: Path) -> None:

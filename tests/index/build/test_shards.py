@@ -109,6 +109,26 @@ def test_each_shard_is_a_table_alone(data_dir: Path, sharded: ShardedTable) -> N
     assert done.returncode == 0 and done.stdout.strip() == "lee3: ok", done.stderr
 
 
+def test_a_shard_keeps_the_whole_rows_of_its_own_version_once_a_compaction_publishes_the_next(
+    tmp_path: Path, data_dir: Path, lee_docs: Lee
+) -> None:
+    """A shard served alone, loaded, then compacted (its version replaced under its name, as a server's watcher
+    finds it later): until it is loaded again, the rows of its hits in the whole table are its own version's (read
+    at its load), not the next one's file's (another count of rows: an ArtifactError, a 500 at a front's search)."""
+    data = tmp_path / "data"
+    shutil.copytree(data_dir / "lee3", data / "lee3")
+    shard = data / "lee3" / shardmap.shard_name(0)
+    before = np.load(shard / shardmap.WHOLE_ROWS)
+    loaded = Table.load(shard)
+    owned = [ident for ident in lee_docs.ids if shardmap.shard_of_id(ident, SHARDS) == 0]
+    with writelog.appending(writelog.table_log(shard)) as log:
+        log.append(1, {"op": "delete", "ids": owned[:5]})
+    done = run(EXE, "compact", "lee3", "--data-dir", data, "-q")
+    assert done.returncode == 0, done.stderr
+    assert len(np.load(shard / shardmap.WHOLE_ROWS)) == len(before) - 5  # the next version's, under the same path
+    np.testing.assert_array_equal(door.whole_rows(loaded), before)
+
+
 def test_the_summary_says_the_lowest_of_the_shards_recall(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Served whole, a sharded table's summary gives the lowest recall@10 its shards measured (not null), and the
     table is approximate when one of its shards searches an approximate index."""

@@ -166,6 +166,14 @@ def test_what_the_shards_cannot_answer_is_a_422(sharded: ShardedTable) -> None:
             door.run(sharded, [query])
 
 
+def test_a_sharded_word_table_has_no_documents_to_name_or_write(sharded: ShardedTable) -> None:
+    """Its ids by row and a delta of its writes, asked in process: the engine's error, not an AssertionError."""
+    with pytest.raises(InvalidQuery, match="table 'words3' holds words, not documents: it has no document ids"):
+        sharded.ids([0])
+    with pytest.raises(InvalidQuery, match="holds words, not documents: only documents tables take writes"):
+        door.WholeDelta(sharded)
+
+
 def test_a_shard_finds_a_row_by_its_row_in_the_whole_table(sharded: ShardedTable) -> None:
     asked = [0, 5, 19_999, 20_000, 20_001, 20_002, 1 << 70]
     for s, shard in enumerate(sharded.shards):

@@ -6,6 +6,7 @@ per-item errors in a batch, in order."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +14,14 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 
-from index.engine import door
+from index.engine import door, hybrid
 from index.engine.delta import Delta
 from index.engine.door import Analogy, Examples, Failed, Query, Result
 from index.engine.encode import encoder_for
-from index.engine.hybrid import DEPTH, DIVERSE
+from index.engine.hybrid import DEPTH, DIVERSE, DocumentSearch
 from index.engine.keyword import KeywordIndex
 from index.engine.table import SearchOptions, Table
+from index.errors import InvalidQuery
 from index.store.writelog import Record
 from tests.index.build.test_embed_documents import import_texts
 from tests.index.engine.test_gensim_parity import ANALOGIES, QUERIES, assert_same
@@ -315,6 +317,66 @@ def test_a_batch_item_its_mode_cannot_search_is_its_own_error(lee: Table, lee_do
     for position in (3, 4):
         answer = answers[position]
         assert isinstance(answer, Result) and answer.hits == one(lee, queries[position]).hits, position
+
+
+# Queries no request model made (a caller in process): each answered by its own error, naming what is wrong
+MALFORMED = {
+    "k must be a whole number of at least 1, not 0": {"k": 0},
+    "k must be a whole number of at least 1, not -3": {"k": -3, "mode": "hybrid", "text": TEXTS[0]},
+    "k must be a whole number of at least 1, not 2.5": {"k": 2.5},
+    "offset must be a whole number of at least 0, not -1": {"offset": -1, "mode": "keyword", "text": TEXTS[0]},
+    "unknown mode 'fuzzy': use one of vector, keyword, hybrid": {"mode": "fuzzy"},
+    "diversity must be between 0 and 1, not -0.5": {"diversity": -0.5},
+    "diversity must be between 0 and 1, not 2": {"diversity": 2, "mode": "hybrid", "text": TEXTS[0]},
+}
+
+
+def test_a_malformed_query_is_its_own_error(small_data_dir: Path, lee: Table, lee_docs: Lee) -> None:
+    """A query made in process with a page, mode or diversity no request model lets through is its item's error
+    (not an AssertionError, a NumPy error or hits of another page), on a documents table and a word table alike,
+    through run and split; the batch's other items are answered as alone."""
+    vector = lee_docs.vectors[5].tolist()
+    queries = [Query(vector=vector, **given) for given in MALFORMED.values()] + [Query(vector=vector, k=3)]
+    answers = door.run(lee, queries)
+    for (message, given), answer in zip(MALFORMED.items(), answers, strict=False):
+        assert isinstance(answer, Failed) and answer.error.message == message, (given, answer)
+        assert answer.error.code == "invalid_request"
+    assert isinstance(answers[-1], Result) and answers[-1].hits == one(lee, queries[-1]).hits
+    words = Table.load(small_data_dir / "small")
+    for query in (Query(token="heart", k=0), Query(analogy=Analogy("man", "king", "woman"), k=-1)):
+        (answer,) = door.run(words, [query])
+        assert isinstance(answer, Failed) and answer.error.message.startswith("k must be a whole number"), answer
+        with pytest.raises(InvalidQuery, match="k must be a whole number of at least 1"):
+            door.split(words, query)
+
+
+def test_hybrid_run_refuses_a_search_it_cannot_run(lee: Table, lee_docs: Lee) -> None:
+    """``hybrid.run`` called with a ``DocumentSearch`` the door did not make: the engine's error naming what is
+    missing or out of range, never an AssertionError or a search of another mode."""
+    queries = lee_docs.unit()[:1].astype(np.float32)
+    words = lee_docs.unit()[:1, :10].astype(np.float32)
+    refused = {
+        "mode keyword needs texts, one per query": DocumentSearch("keyword", 3),
+        "mode vector needs query vectors, one row of 50 values per query, not none": DocumentSearch("vector", 3),
+        "mode hybrid needs texts, one per query": DocumentSearch("hybrid", 3, queries),
+        "diversity needs query vectors": DocumentSearch("keyword", 3, texts=TEXTS[:1], diversity=0.5),
+        "not shape [1, 10]": DocumentSearch("vector", 3, words),
+        "unknown mode 'fuzzy'": DocumentSearch("fuzzy", 3, queries, TEXTS[:1]),  # type: ignore[arg-type]
+        "k must be a whole number of at least 1, not 0": DocumentSearch("vector", 0, queries),
+        "k must be a whole number of at least 1, not -1": DocumentSearch("keyword", -1, texts=TEXTS[:1]),
+        "offset must be a whole number of at least 0, not -2": DocumentSearch("keyword", 3, texts=TEXTS[:1], offset=-2),
+        "diversity must be between 0 and 1, not -1": DocumentSearch("vector", 3, queries, diversity=-1),
+        "texts holds 2 items, not one per query (1)": DocumentSearch("hybrid", 3, queries, TEXTS[:2]),
+        "exclude holds 2 items, not one per query (1)": DocumentSearch("vector", 3, queries, exclude=[{1}, {2}]),
+    }
+    for message, search in refused.items():
+        with pytest.raises(InvalidQuery, match=re.escape(message)):
+            hybrid.run(lee, search)
+    vectors_only = Table.load(lee.directory)
+    vectors_only.keyword = None  # as a table whose documents have no text
+    with pytest.raises(InvalidQuery, match="mode keyword: table 'lee' has no keyword index; search it by vector"):
+        hybrid.run(vectors_only, DocumentSearch("keyword", 3, texts=TEXTS[:1]))
+    assert hybrid.run(lee, DocumentSearch("hybrid", 3, queries, TEXTS[:1]))[0]  # a whole search is answered
 
 
 # --------------------------------------------------------------------------------------------- the delta

@@ -133,6 +133,23 @@ def test_the_server_imports_few_index_modules() -> None:
     assert imported <= SERVICE_INDEX_MODULES, sorted(imported - SERVICE_INDEX_MODULES)
 
 
+def test_inside_index_the_store_is_its_modules() -> None:
+    """Modules of index import the store's modules, never its face: the face imports them, so a name taken from it
+    by one of them could be read before the face has it."""
+    store_modules = {module_name(p).rsplit(".", 1)[-1] for p in sources("index/store")}
+    offenders = {
+        module_name(p): sorted(
+            alias.name
+            for node in ast.walk(ast.parse(p.read_text(), str(p)))
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "index.store"
+            for alias in node.names
+            if alias.name not in store_modules
+        )
+        for p in sources("index")
+    }
+    assert {m: names for m, names in offenders.items() if names} == {}
+
+
 def test_the_server_does_not_import_its_client() -> None:
     offenders = [
         module_name(p) for p in sources("service") if any(n.startswith("service_client") for n in imports_of(p))

@@ -33,9 +33,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from index import store
 from index.engine.door import manifest_is_sharded
 from index.errors import EVERY_DOCUMENT_DELETED, WAIT_LONGER
-from index.store import artifact, writelog
 from service.http.metrics import count_compaction
 from service.indexing import END_SECONDS, end
 from service.logs import cannot_look, child_ended, relay, said_once, spawn
@@ -52,13 +52,13 @@ def shards_alone(data_dir: Path) -> str | None:
     alone, while their logs are beside the table (``<parent>/.writes/<table>/``) and compacted with the whole table;
     None for any other data directory."""
     try:
-        manifest = artifact.read_manifest(data_dir)
+        manifest = store.read_manifest(data_dir)
     except Exception:  # no table there, or a manifest that cannot be read: the registry reports it
         return None
     if not manifest_is_sharded(manifest):
         return None
     table = Path(data_dir).resolve()
-    logs = table.parent / writelog.DIRECTORY / table.name
+    logs = table.parent / store.LOG_DIRECTORY / table.name
     return (
         f"table {table.name!r}: this server serves its shards alone and compacts none of their writes "
         f"(EMBEDDING_COMPACT_ROWS, EMBEDDING_COMPACT_SECONDS): the shards' logs, {logs}, "
@@ -148,15 +148,15 @@ class AutoCompaction:
     def logs(self) -> dict[str, list[tuple[str, Path, int]]]:
         """Each table with a write log here: (its key in :attr:`pending`, the log, the last write the version of the
         table or shard that reads it holds: its manifest's ``log_sequence``) of each of its logs."""
-        top = self.data_dir / writelog.DIRECTORY
+        top = self.data_dir / store.LOG_DIRECTORY
         out: dict[str, list[tuple[str, Path, int]]] = {}
         for path in sorted(top.iterdir()) if top.is_dir() else []:
             if path.is_dir():  # a sharded table's: a log per shard
                 name = path.name
-                shards = sorted(path.glob(f"shard-*{writelog.SUFFIX}"))
+                shards = sorted(path.glob(f"shard-*{store.LOG_SUFFIX}"))
                 logs = [(f"{name}/{log.stem}", log, self._table(name) / log.stem) for log in shards]
-            elif path.name.endswith(writelog.SUFFIX) and not path.name.startswith("."):
-                name = path.name.removesuffix(writelog.SUFFIX)
+            elif path.name.endswith(store.LOG_SUFFIX) and not path.name.startswith("."):
+                name = path.name.removesuffix(store.LOG_SUFFIX)
                 logs = [(name, path, self._table(name))]
             else:
                 continue
@@ -169,15 +169,15 @@ class AutoCompaction:
         return out
 
     def _table(self, name: str) -> Path:
-        return artifact.table_dir(self.data_dir, name)
+        return store.table_dir(self.data_dir, name)
 
     @staticmethod
     def _covered(directory: Path) -> int | None:
         """The last write the version in ``directory`` holds when that table or shard reads its log at
-        ``writelog.table_log(directory)``; None when it does not (a sharded table's own directory), or is gone, being
+        ``store.table_log(directory)``; None when it does not (a sharded table's own directory), or is gone, being
         replaced or refused (the registry reports it)."""
         try:
-            manifest = artifact.read_manifest(directory)
+            manifest = store.read_manifest(directory)
         except Exception:
             return None
         return None if manifest_is_sharded(manifest) else int(manifest.get("log_sequence", 0))
@@ -217,7 +217,7 @@ class AutoCompaction:
         state = self.pending.get(key)
         if state is None or state.covered != covered:
             state = self.pending[key] = Pending(covered=covered)
-        records, state.offset, inode = writelog.read_new(path, state.offset, state.last, state.inode)
+        records, state.offset, inode = store.read_new(path, state.offset, state.last, state.inode)
         if inode != state.inode and state.inode is not None:  # cut by a compaction: counted again from its start
             state.documents = 0
         state.inode = inode
@@ -235,7 +235,7 @@ class AutoCompaction:
         """Which version of table ``name`` is published: its manifest file's inode and modification time (each
         publish, of a compaction, an import or an index, puts a new file in place); None when there is none."""
         try:
-            stat = (self._table(name) / artifact.MANIFEST).stat()
+            stat = (self._table(name) / store.MANIFEST).stat()
         except OSError:
             return None
         return stat.st_ino, stat.st_mtime_ns
@@ -248,7 +248,7 @@ class AutoCompaction:
         """Compact table ``name`` in a child process: None when it did, else when to try it again (said in the
         log)."""
         command = [sys.executable, "-m", "index", "--nice", str(CHILD_NICE), "--background", "compact", name]
-        command += ["--data-dir", str(self.data_dir), "--wait", f"{writelog.COMPACTION_WAIT_SECONDS:g}"]
+        command += ["--data-dir", str(self.data_dir), "--wait", f"{store.COMPACTION_WAIT_SECONDS:g}"]
         documents = sum(state.documents for key, state in self.pending.items() if key.split("/")[0] == name)
         log.info("table %r: compacting %d written or deleted documents into its next version", name, documents)
         wait = self.retry_seconds(name)

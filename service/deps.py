@@ -10,7 +10,7 @@ from pydantic import AfterValidator
 
 from index.engine.door import Table
 from index.errors import InvalidQuery
-from index.store.artifact import check_name
+from index.store import check_name
 from service.errors import ApiError
 from service.http import auth
 from service.registry import Registry
@@ -19,7 +19,7 @@ from service.settings import Settings
 # Dependencies are ``async def`` so FastAPI calls them on the event loop instead of a worker thread.
 
 
-# The names ``index.store.artifact.check_name`` accepts (no "..", no leading dot) as one regular expression, for the
+# The names ``index.store.check_name`` accepts (no "..", no leading dot) as one regular expression, for the
 # OpenAPI document; the check itself is check_name's, so its message names the rule (tests hold the two equal).
 TABLE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*\.?$"
 NAME_SCHEMA = {"pattern": TABLE_NAME}

@@ -29,9 +29,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from index import store
 from index.engine.door import Table
-from index.store import artifact
-from index.store.artifact import read_status, write_status
 from service.logs import cannot_look, child_ended, relay, said_once, spawn
 from service.settings import STATUS_VARIABLE
 from service.temp_dirs import INDEX_STATUS, locked_temp_dir
@@ -61,7 +60,7 @@ def end(child: subprocess.Popen[str]) -> None:
 def defers_index(directory: Path) -> bool:
     """Whether the table in ``directory`` has an index its build left for later (False if it cannot be read)."""
     try:
-        manifest = artifact.read_manifest(directory)
+        manifest = store.read_manifest(directory)
     except Exception:  # an unreadable table is the registry's to report
         return False
     return bool(manifest.get("index", {}).get("deferred"))
@@ -82,7 +81,7 @@ def building(status_dir: str | None, deferred: Collection[str] = ()) -> dict[str
     except OSError:
         return {}
     for path in paths:
-        status = read_status(path)
+        status = store.read_status(path)
         if status is None:
             continue
         state = status.get("state")
@@ -159,12 +158,12 @@ class IndexBuilds:
         pending = [version for version in self._versions() if self._pending[version]]
         names = {version[0] for version in pending}
         for name in sorted(names):
-            status = read_status(self._status(name))
+            status = store.read_status(self._status(name))
             if status is None or status.get("state") != "queued":
                 queued = {"state": "queued", "step": "waiting for its turn", "done": 0.0, "nice": CHILD_NICE}
-                write_status(self._status(name), queued)
+                store.write_status(self._status(name), queued)
         for path in self.status_dir.glob("*.json"):
-            status = read_status(path)
+            status = store.read_status(path)
             if path.stem not in names and status is not None and status.get("state") == "queued":
                 path.unlink(missing_ok=True)
         return pending
@@ -173,12 +172,12 @@ class IndexBuilds:
         """Every table's version now (a stat of its manifest); a manifest is read once per version, and what is
         known of a version is forgotten once the table has another."""
         versions = []
-        for name in artifact.list_tables(self.data_dir):
+        for name in store.list_tables(self.data_dir):
             if self.names is not None and name not in self.names:
                 continue
-            directory = artifact.table_dir(self.data_dir, name)
+            directory = store.table_dir(self.data_dir, name)
             try:
-                st = os.stat(directory / artifact.MANIFEST)
+                st = os.stat(directory / store.MANIFEST)
             except OSError:
                 continue  # removed or being replaced: seen at the next look
             version = (name, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -242,9 +241,9 @@ class IndexBuilds:
                 return False
             why = child_ended(child.returncode, last)
             log.error("table %r: index build failed (%s); it keeps exact search", name, why)
-            write_status(status, {"state": "failed", "step": why.removeprefix("embedding-index: "), "done": 0.0})
+            store.write_status(status, {"state": "failed", "step": why.removeprefix("embedding-index: "), "done": 0.0})
             return False
-        write_status(status, {"state": "done", "step": "published", "done": 1.0})
+        store.write_status(status, {"state": "done", "step": "published", "done": 1.0})
         return True
 
 

@@ -23,7 +23,7 @@ A shard served alone knows its place in its sharded table (``index.engine.door.s
 of an id another shard owns (``service.writes.check_owned``), which would otherwise sit in the wrong shard's log.
 
 A sharded table served whole has one :class:`Live` per shard, over the shard's own log
-(``writelog.table_log``), and a :class:`Sharded` that writes to the shards that own the ids and gathers their
+(``store.table_log``), and a :class:`Sharded` that writes to the shards that own the ids and gathers their
 deltas into the whole table's (``index.engine.door.WholeDelta``) for its searches.
 """
 
@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from index import store
 from index.engine.door import Delta, ShardedTable, Table, WholeDelta, merged_writes, shard_place
 from index.errors import InvalidQuery, counted
-from index.store import artifact, writelog
 from service.errors import ApiError
 
 T = TypeVar("T")
@@ -87,8 +87,8 @@ class Live:
             with self.lock:
                 inode, before = self.inode, self.delta.seq
                 try:
-                    records, offset, new_inode = writelog.read_new(self.path, self.delta.offset, self.delta.last, inode)
-                except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+                    records, offset, new_inode = store.read_new(self.path, self.delta.offset, self.delta.last, inode)
+                except (store.LogCorrupt, store.LogMismatch) as exc:
                     raise self._refused(exc) from None
                 self._apply(records)
                 self.delta.offset, self.inode = offset, new_inode
@@ -106,19 +106,19 @@ class Live:
                 if body is not None:
                     self.delta.apply([log.append(self.delta.seq + 1, body)])
                 return self.delta.seq, answer
-        except writelog.LogWriteFailed as exc:  # the log could not be opened, or the record written
+        except store.LogWriteFailed as exc:  # the log could not be opened, or the record written
             raise refused_write(self.directory.name, exc) from None
 
     @contextmanager
-    def held(self, sync: bool) -> Iterator[writelog.Appender]:
-        """The log under its lock (``writelog.LogWriteFailed`` when it cannot be opened for writing), and this
+    def held(self, sync: bool) -> Iterator[store.Appender]:
+        """The log under its lock (``store.LogWriteFailed`` when it cannot be opened for writing), and this
         state caught up with it: a record appended now follows every one written."""
         self._check_behind()
-        with self.lock, writelog.appending(self.path, sync) as log:
+        with self.lock, store.appending(self.path, sync) as log:
             before = self.delta.seq
             try:
                 records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
-            except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+            except (store.LogCorrupt, store.LogMismatch) as exc:
                 raise self._refused(exc) from None
             self._apply(records)
             cut = log.inode != self.inode  # another log file: a compaction cut the log after it published
@@ -130,17 +130,17 @@ class Live:
             self._check_lineage(log)
             yield log
 
-    def _check_there(self, log: writelog.Appender) -> None:
+    def _check_there(self, log: store.Appender) -> None:
         """The 404 of a write to a table removed from the data directory while this worker still serves it
         (``embedding-index remove`` deletes its log, then the table): it would be answered, then lost or replayed
         into a table imported later under the name. An empty log this write made is taken away again."""
-        if (self.directory / artifact.MANIFEST).is_file():
+        if (self.directory / store.MANIFEST).is_file():
             return
         if os.fstat(log.fd).st_size == 0:
             self.path.unlink(missing_ok=True)
-        raise ApiError("unknown_table", f"table {writelog.log_owner(self.path)!r} was removed; nothing was written")
+        raise ApiError("unknown_table", f"table {store.log_owner(self.path)!r} was removed; nothing was written")
 
-    def _check_lineage(self, log: writelog.Appender) -> None:
+    def _check_lineage(self, log: store.Appender) -> None:
         """The 503 of a write that would start an empty log from another sequence than the table's newest version
         ends at, or into another import than the one this worker serves: the table was removed (its log first), or
         removed and imported afresh, since this worker loaded it (an empty log otherwise follows a cut, whose
@@ -150,12 +150,12 @@ class Live:
         for itself (``when_behind``), as a worker behind its table's writes does."""
         if os.fstat(log.fd).st_size:
             return
-        manifest = artifact.read_manifest(self.directory)
+        manifest = store.read_manifest(self.directory)
         folded = int(manifest.get("log_sequence", 0))
         imported = "log_sequence" not in manifest and manifest.get("files") != self.files  # not a compaction's
         if folded == self.delta.seq and not imported:
             return
-        table = writelog.log_owner(self.path)
+        table = store.log_owner(self.path)
         held = f" (the version in its place holds the writes up to {folded}, this worker up to {self.delta.seq})"
         held = held if folded != self.delta.seq else ""
         self._catch_up("it was removed or imported again since this worker loaded it")
@@ -165,26 +165,26 @@ class Live:
             "it answers again once it has loaded the table in its place (in a moment)",
         )
 
-    def _refused(self, exc: writelog.LogCorrupt | writelog.LogMismatch) -> ApiError:
+    def _refused(self, exc: store.LogCorrupt | store.LogMismatch) -> ApiError:
         """The 503 of its table once its log, read while serving, holds a record it cannot apply: a damaged one
         that is no torn tail, or one written to another table's log. It lasts until the log is repaired, which a
         damaged record's refusal says how to do (a record of another table's log, or of a newer release, says so
         itself); the worker reads on from the repaired log."""
         message = f"table {self.directory.name!r}: write log {self.path.name}: {exc.message}"
-        if isinstance(exc, writelog.LogCorrupt) and "not a torn tail" in exc.message:
+        if isinstance(exc, store.LogCorrupt) and "not a torn tail" in exc.message:
             message += (
                 "; nothing was cut: copy the log aside, then truncate it at that record (losing the writes after "
                 "it) or restore it from a backup"
             )
         return ApiError("not_ready", message)
 
-    def _apply(self, records: list[writelog.Record]) -> None:
+    def _apply(self, records: list[store.Record]) -> None:
         """Apply records read from the log; one that does not fit the loaded version (written through another
         version of another schema) makes the table answer 503 until a reload refuses it."""
         try:
             self.delta.apply(records)
-        except writelog.LogMismatch as exc:
-            if artifact.read_manifest(self.directory).get("files") != self.files:  # written through a newer import
+        except store.LogMismatch as exc:
+            if store.read_manifest(self.directory).get("files") != self.files:  # written through a newer import
                 why = "it was imported again with another schema since this worker loaded it"
                 self._catch_up(why)
                 message = (
@@ -195,13 +195,13 @@ class Live:
                 message = f"table {self.directory.name!r}: write log {self.path.name}: {exc.message}"
             raise ApiError("not_ready", message) from None
 
-    def _check_reach(self, before: int, records: list[writelog.Record]) -> None:
+    def _check_reach(self, before: int, records: list[store.Record]) -> None:
         """After a cut (another log file): the writes read must follow the last one this worker held (``before``),
         and the newest version hold none after it that the log no longer has; else the file holding them was
         replaced twice since this worker read it, and emptied."""
         first = next((r.seq for r in records if r.seq > before), None)
         if first is None:
-            folded = int(artifact.read_manifest(self.directory).get("log_sequence", 0))
+            folded = int(store.read_manifest(self.directory).get("log_sequence", 0))
             if folded > before:
                 self.behind = folded
         elif first > before + 1:
@@ -228,7 +228,7 @@ class Live:
 
 
 def _attach(table: Table, directory: Path, name: str = "") -> Live:
-    path = writelog.table_log(directory)
+    path = store.table_log(directory)
     where = f"table {directory.name!r}: write log {path.name}"
     size = path.stat().st_size if path.is_file() else 0
     if size:  # seconds for a log of tens of thousands of writes, before the table is said loaded
@@ -236,7 +236,7 @@ def _attach(table: Table, directory: Path, name: str = "") -> Live:
     started = time.perf_counter()
     try:
         delta, replayed, inode = _replayed(table, path, _replay_progress(where, size))
-    except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+    except (store.LogCorrupt, store.LogMismatch) as exc:
         raise type(exc)(f"{where}: {exc.message}") from None
     if size:
         log.info(
@@ -292,7 +292,7 @@ def _inode(path: Path) -> int | None:
 
 def attach(table: Table, directory: Path) -> None:
     """Recover and replay the write log of the documents table loaded from ``directory`` (a torn tail is cut with
-    a warning; a damaged record in the middle raises ``writelog.LogCorrupt``, naming it); of a sharded table,
+    a warning; a damaged record in the middle raises ``store.LogCorrupt``, naming it); of a sharded table,
     every shard's log."""
     if isinstance(table, ShardedTable) and table.payload is not None:  # a sharded word table takes no writes
         lives = [_attach(shard, table.map.shard_directory(s), table.name) for s, shard in enumerate(table.shards)]
@@ -330,16 +330,16 @@ class Sharded:
             try:
                 logs = {shard: stack.enter_context(self.shards[shard].held(sync)) for shard in sorted(makes)}
                 made = {shard: makes[shard](self.shards[shard].delta) for shard in logs}
-                appended: dict[int, writelog.Record] = {}
+                appended: dict[int, store.Record] = {}
                 try:
                     for shard, (body, _) in made.items():
                         if body is not None:
                             appended[shard] = logs[shard].append(self.shards[shard].delta.seq + 1, body)
-                except (writelog.LogWriteFailed, InvalidQuery):  # a log that failed, or a record too long
+                except (store.LogWriteFailed, InvalidQuery):  # a log that failed, or a record too long
                     for shard, record in appended.items():
                         logs[shard].cut_back(record.offset)
                     raise
-            except writelog.LogWriteFailed as exc:
+            except store.LogWriteFailed as exc:
                 raise refused_write(self.name, exc) from None
             for shard, record in appended.items():
                 self.shards[shard].delta.apply([record])
@@ -349,7 +349,7 @@ class Sharded:
         return merged_writes([summary(state) for state in self.shards])
 
 
-def refused_write(table: str, exc: writelog.LogWriteFailed) -> ApiError:
+def refused_write(table: str, exc: store.LogWriteFailed) -> ApiError:
     """The 503 of a write its log could not take (a full disk, the file size limit, a read-only log), said in the
     server's log too: the operator has room to make, not only the client a write to try again."""
     message = f"table {table!r}: {exc.message}"

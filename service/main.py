@@ -205,7 +205,7 @@ def sharded_here(settings: Settings, sharded: Mapping[str, object]) -> str:
     """What is wrong with sharded tables (``EMBEDDING_SHARDS``) this server would also load, from EMBEDDING_TABLES
     or its data directory, "" when none: the front answers every request naming one from its shards, so the table
     loaded here was only memory spent, and listed as unavailable."""
-    from index.store.artifact import list_tables
+    from index.store import list_tables
 
     here = settings.tables if settings.tables is not None else list_tables(settings.data_dir)
     both = sorted(set(sharded) & set(here))

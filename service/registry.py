@@ -19,9 +19,9 @@ from pathlib import Path
 
 from rapidfuzz import fuzz, process
 
+from index import store
 from index.engine.door import ShardedTable, Table, is_sharded
 from index.errors import EmbeddingError
-from index.store import artifact, writelog
 from service import live
 from service.errors import ApiError
 
@@ -72,9 +72,9 @@ def _entry_stat(entry: os.DirEntry[str]) -> os.stat_result:
 
 def _logs(directory: Path) -> Fingerprint:
     """The identity of the write log of the table in ``directory``, and of its shards' logs if it has shards."""
-    path = writelog.log_path(directory.parent, directory.name)
+    path = store.log_path(directory.parent, directory.name)
     entries = []
-    for log_file in [path, *sorted(path.with_suffix("").glob(f"*{writelog.SUFFIX}"))]:
+    for log_file in [path, *sorted(path.with_suffix("").glob(f"*{store.LOG_SUFFIX}"))]:
         try:
             entries.append((LOGS + str(log_file.relative_to(directory.parent)), *_stat(os.stat(log_file))))
         except OSError:
@@ -101,7 +101,7 @@ def changed_in_place(served: Fingerprint, now: Fingerprint) -> list[str]:
         name
         for name, inode, size, mtime in served
         if name not in (".", *shards)
-        and name.rsplit("/")[-1] != artifact.MANIFEST
+        and name.rsplit("/")[-1] != store.MANIFEST
         and (entry := current.get(name)) is not None
         and entry[1] == inode
         and entry[2:] != (size, mtime)
@@ -127,7 +127,7 @@ def _read(directory: Path, checksums: bool) -> tuple[Table | None, str, str]:
         table.tokens.prepare_lookup()  # now rather than in the first request
         live.attach(table, directory)  # a documents table's write log, replayed
         return table, "", FILES
-    except (writelog.LogCorrupt, writelog.LogMismatch) as exc:
+    except (store.LogCorrupt, store.LogMismatch) as exc:
         return None, exc.message, LOG
     except EmbeddingError as exc:
         return None, exc.message, FILES
@@ -197,7 +197,7 @@ class Registry:
         names = list(names) if names is not None else None
         registry = cls(data_dir=Path(data_dir), names=names, checksums=checksums, fronting=fronting)
         try:
-            for path, what in artifact.recover(registry.data_dir):  # left by a publisher that was killed
+            for path, what in store.recover(registry.data_dir):  # left by a publisher that was killed
                 log.warning("%s: %s", path, what)
         except OSError as exc:
             log.warning("%s: leftovers of killed builds not looked for: %s", data_dir, exc.strerror)
@@ -210,7 +210,7 @@ class Registry:
         whose new files are refused keeps serving its loaded version (``stale``); if it had none it is ``failed``.
         """
         gone = not self.data_dir.is_dir()
-        available = artifact.list_tables(self.data_dir)
+        available = store.list_tables(self.data_dir)
         requested = list(self.names) if self.names is not None else available
         if self.names is None:  # a table caught between the two renames of a rebuild is not a removed table
             requested += sorted(name for name in self.tables if name not in available and self._publishing(name))
@@ -360,9 +360,9 @@ class Registry:
     def _beside_not_served(self, name: str) -> str | None:
         """Why ``name``, asked for by name, is not served when it is a table beside this sharded table's directory
         rather than in it; None otherwise."""
-        if not (self.sharded and artifact.NAME_PATTERN.fullmatch(name)):
+        if not (self.sharded and store.NAME_PATTERN.fullmatch(name)):
             return None
-        if not os.path.isfile(self.beside_dir() / name / artifact.MANIFEST):  # False, not an error, if unreadable
+        if not os.path.isfile(self.beside_dir() / name / store.MANIFEST):  # False, not an error, if unreadable
             return None
         return (
             "it is beside this sharded table's directory (in its parent), not in it: a shard whose documents it "
@@ -382,9 +382,9 @@ class Registry:
         named = {table.encoder_record["table"] for table in self.tables.values() if table.encoder_record}
         for name in sorted(named):
             directory = parent / name
-            version = fingerprint(directory) if artifact.NAME_PATTERN.fullmatch(name) else None
-            if version is None or not (directory / artifact.MANIFEST).is_file():
-                if artifact.NAME_PATTERN.fullmatch(name):
+            version = fingerprint(directory) if store.NAME_PATTERN.fullmatch(name) else None
+            if version is None or not (directory / store.MANIFEST).is_file():
+                if store.NAME_PATTERN.fullmatch(name):
                     self.beside_missing.append(name)  # looked for again when it appears (service.watch)
                 continue  # not there either: its shards are refused for it
             files = files_of(version)
@@ -476,7 +476,7 @@ class Registry:
         table = self.tables.get(name)
         if table is not None:  # a loaded table's name was checked when it was loaded
             return table
-        artifact.check_name(name)
+        store.check_name(name)
         if name in self.failed:
             why = self.told.get(name, "its files were refused (see the server log)")
             message = f"table {name!r} is not loaded: {why}"
@@ -503,7 +503,7 @@ def _not_tables(data_dir: Path) -> list[tuple[str, str]]:
                 continue
             if child.is_symlink() and not os.path.exists(child.path):
                 found.append((child.name, f"a symbolic link to {os.readlink(child.path)}, which leads to no table"))
-            elif not artifact.NAME_PATTERN.fullmatch(child.name) and (Path(child) / artifact.MANIFEST).is_file():
+            elif not store.NAME_PATTERN.fullmatch(child.name) and (Path(child) / store.MANIFEST).is_file():
                 found.append((child.name, "a table's name is 1-64 letters, digits, '.', '_' or '-' (rename it)"))
     return sorted(found)
 

@@ -395,9 +395,9 @@ class Settings(BaseSettings):
             return None
         if not value:
             raise ValueError("give at least one table name, or leave it unset to load every table")
-        # Imported here: index.store.artifact loads numpy, whose BLAS threads are fixed at import, and embedding-serve
+        # Imported here: index.store loads numpy, whose BLAS threads are fixed at import, and embedding-serve
         # sets their number (OPENBLAS_NUM_THREADS, ...) only after importing this module.
-        from index.store.artifact import check_name
+        from index.store import check_name
 
         for name in value:
             try:

@@ -43,7 +43,7 @@ def front_settings() -> ShardSettings:
         raise ValueError(describe_error(exc, ShardSettings.model_fields).removeprefix("invalid settings: ")) from None
     if not settings.shards:
         return settings
-    from index.store.artifact import NAME_PATTERN as NAME  # the store (numpy) once there are shards to check
+    from index.store import NAME_PATTERN as NAME  # the store (numpy) once there are shards to check
 
     for name, shards in settings.shards.items():
         if not NAME.fullmatch(name) or ".." in name:

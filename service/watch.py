@@ -30,7 +30,7 @@ from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
 
-from index.store.artifact import MANIFEST, NAME_PATTERN
+from index.store import MANIFEST, NAME_PATTERN
 from service.registry import Fingerprint, Registry, fingerprint
 from service.reload import Reloader
 

@@ -101,14 +101,13 @@ def test_the_server_does_not_import_the_builder() -> None:
 
 
 # The modules of index that service/ imports, all its modules together: the engine through its one door, the
-# errors, the threads' setting (read before numpy loads), and the store's artifact (the data directory's tables and
-# build status files) and write logs.
+# errors, the threads' setting (read before numpy loads), and the store through its face, the package (the data
+# directory's tables and build status files, and the write logs).
 SERVICE_INDEX_MODULES = {
     "index.engine.door",
     "index.errors",
     "index.threads",
-    "index.store.artifact",
-    "index.store.writelog",
+    "index.store",
 }
 
 
@@ -131,6 +130,59 @@ def index_modules_imported(path: Path) -> set[str]:
 def test_the_server_imports_few_index_modules() -> None:
     imported = set().union(*(index_modules_imported(p) for p in sources("service")))
     assert imported <= SERVICE_INDEX_MODULES, sorted(imported - SERVICE_INDEX_MODULES)
+
+
+def store_face() -> set[str]:
+    """The names the store's face (``index/store/__init__.py``) exports: its ``__all__``."""
+    tree = ast.parse((REPO / "index" / "store" / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def store_names_used(path: Path) -> set[str]:
+    """The names of the store's face a file of service/ uses: ``from index.store import X`` and ``store.X`` after
+    ``from index import store``."""
+    tree = ast.parse(path.read_text(), str(path))
+    used: set[str] = set()
+    whole = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "index.store":
+            used.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "index":
+            whole = whole or any(alias.name == "store" and alias.asname is None for alias in node.names)
+    if whole:
+        used.update(
+            node.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "store"
+        )
+    return used
+
+
+def test_the_store_face_is_what_the_server_uses() -> None:
+    """The store's face exports what the server reads of tables and writes to logs, nothing more (a name the server
+    no longer uses leaves it), and the server uses nothing else of the store."""
+    used = set().union(*(store_names_used(p) for p in sources("service")))
+    assert used == store_face()
+
+
+def test_inside_index_the_store_is_its_modules() -> None:
+    """Modules of index import the store's modules, never its face: the face imports them, so a name taken from it
+    by one of them could be read before the face has it."""
+    store_modules = {module_name(p).rsplit(".", 1)[-1] for p in sources("index/store")}
+    offenders = {
+        module_name(p): sorted(
+            alias.name
+            for node in ast.walk(ast.parse(p.read_text(), str(p)))
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "index.store"
+            for alias in node.names
+            if alias.name not in store_modules
+        )
+        for p in sources("index")
+    }
+    assert {m: names for m, names in offenders.items() if names} == {}
 
 
 def test_the_server_does_not_import_its_client() -> None:

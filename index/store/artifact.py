@@ -35,10 +35,6 @@ import numpy as np
 from index.errors import ArtifactError, InvalidQuery, UnknownTable
 from index.progress import Progress
 
-# A build's status file beside the tables: written by the builder's progress, read by the server.
-from index.progress import read_status as read_status
-from index.progress import write_status as write_status
-
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 VECTORS = "vectors.npy"

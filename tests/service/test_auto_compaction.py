@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
+from index import store
 from index.build.writer import index_table
 from index.store import artifact, shardmap, writelog
 from tests.cli import run_cli
@@ -298,7 +299,7 @@ def test_a_background_compaction_that_gives_up_on_the_lock_says_what_the_server_
     shutil.copytree(lee_data_dir / "lee", data / "lee")
     with writelog.appending(writelog.log_path(data, "lee")) as log:
         log.append(1, {"op": "delete", "ids": [lee_docs.ids[1]]})
-    monkeypatch.setattr(writelog, "COMPACTION_WAIT_SECONDS", 0.5)  # the command's default, the server's wait
+    monkeypatch.setattr(store, "COMPACTION_WAIT_SECONDS", 0.5)  # the server's wait, its command's --wait
     with caplog.at_level(logging.INFO, logger="service.compacting"), locked(data, "lee"):
         assert compacting.AutoCompaction(data, 1, 0)._compact("lee") is not None
     [said] = [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR]

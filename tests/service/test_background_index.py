@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from index import store
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.progress import read_status, write_status
@@ -291,7 +292,7 @@ def test_the_builds_go_on_after_a_look_that_found_no_descriptor(
     """A look at the data directory that fails for a passing want (the server's descriptors all taken, ``ulimit
     -n``) is said once and tried again at the next turn: the builds never stop for it."""
     builds = indexing.IndexBuilds(deferred_dir, seconds=0.01)
-    listed = artifact.list_tables
+    listed = store.list_tables  # the server's, through the store's face
     looks: list[int] = []
 
     def list_tables(data_dir: Path) -> list[str]:
@@ -307,7 +308,7 @@ def test_the_builds_go_on_after_a_look_that_found_no_descriptor(
         builds._stopping = True
         return False
 
-    monkeypatch.setattr(artifact, "list_tables", list_tables)
+    monkeypatch.setattr(store, "list_tables", list_tables)
     builds._build = build  # type: ignore[method-assign]
     try:
         with caplog.at_level(logging.WARNING, logger="service.indexing"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pty
+import signal
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from index import progress
-from index.build.cli import INTERRUPTED
+from index.build.cli import INTERRUPTED, options
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.store import artifact
@@ -120,3 +121,36 @@ def test_a_steps_clock_on_a_pipe_nobody_reads_goes_on_with_the_step(
             time.sleep(0.01)
         step.advance(10)
     assert step.said and died == []
+
+
+@pytest.fixture
+def background_signals() -> Iterator[None]:
+    """The signal handlers and progress settings of the server's background child (``--background``), as its
+    command line sets them, those of this process restored afterwards."""
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        options(background=True)
+        yield
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        progress.configure(background=False)
+
+
+def test_a_line_unread_while_the_background_child_stops_interrupts_it_no_second_time(
+    unread_stream: None, background_signals: None
+) -> None:
+    """The server's SIGTERM, then the server killed while the child cleans up (its temporary folder, its locks):
+    the cleanup's line found no reader and asked for an interrupt again, which cut the cleanup short."""
+    cleaned = interrupted_again = False
+    try:
+        try:
+            signal.raise_signal(signal.SIGTERM)  # the server's stop
+        except KeyboardInterrupt:
+            progress.say("interrupted; no table was built or replaced")
+            for _ in range(1_000):  # an interrupt asked for is raised at the next of these
+                time.sleep(0)
+            cleaned = True
+    except KeyboardInterrupt:
+        interrupted_again = True
+    assert cleaned and not interrupted_again

@@ -22,7 +22,6 @@ start builds again.
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import contextvars
 import json
@@ -109,11 +108,14 @@ def say(text: str) -> None:
 
 
 def unread() -> None:
-    """A line could not be written: the server's background child stops as at the server's SIGTERM (an interrupt
-    in its main thread, whichever thread wrote), unless it stops already; any other command goes on."""
+    """A line could not be written: the server's background child stops as at the server's SIGTERM, unless it stops
+    already; any other command goes on. The signal itself, to the main thread whichever thread wrote: it wakes a
+    main thread waiting (for a thread pool, a thread's end), which an interrupt only asked for would leave waiting."""
     if CONFIG.background and not CONFIG.stopping:
         CONFIG.stopping = True
-        _thread.interrupt_main(signal.SIGTERM)
+        main = threading.main_thread().ident
+        if main is not None:  # None only before the interpreter started it
+            signal.pthread_kill(main, signal.SIGTERM)
 
 
 def stop(signum: int, frame: FrameType | None) -> NoReturn:

@@ -154,3 +154,27 @@ def test_a_line_unread_while_the_background_child_stops_interrupts_it_no_second_
     except KeyboardInterrupt:
         interrupted_again = True
     assert cleaned and not interrupted_again
+
+
+def test_a_line_unread_wakes_the_background_childs_main_thread_from_its_wait(
+    unread_stream: None, background_signals: None
+) -> None:
+    """A step's clock whose line finds no reader while the main thread waits (for a thread pool's texts embedded,
+    for a thread to end): the interrupt was only asked for, raised once the wait ended by itself, where the
+    server's SIGTERM wakes the thread at once."""
+    ended, stop = threading.Event(), threading.Event()
+
+    def clock() -> None:
+        progress.say("embedding texts: 45% (1,800 of 4,000 texts), 1m12s left")
+        stop.wait(SECONDS / 10)  # the wait's own end, long after the signal's
+        ended.set()
+
+    writer = threading.Thread(target=clock)
+    writer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ended.wait()
+        assert not ended.is_set()
+    finally:
+        stop.set()
+        writer.join()

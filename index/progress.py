@@ -22,7 +22,6 @@ start builds again.
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import contextvars
 import json
@@ -32,8 +31,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, TextIO
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 if TYPE_CHECKING:
     import logging
@@ -50,7 +49,7 @@ class _Config:
     interval = INTERVAL
     stream: TextIO | None = None  # None: sys.stderr at the time of writing
     background = False  # the server's child: it stops when its lines cannot be written
-    unread = False  # a line could not be written (the background child's stop asked for once)
+    stopping = False  # the background child stops (the server's SIGTERM, or a line unread): no second interrupt
     started = time.monotonic()
     facts: dict[str, Any] = {}  # noqa: RUF012  # one process-wide configuration
 
@@ -72,7 +71,7 @@ def configure(
     if quiet is not None:
         CONFIG.quiet = quiet
     if background is not None:
-        CONFIG.background, CONFIG.unread = background, False
+        CONFIG.background, CONFIG.stopping = background, False
     if status_file is not None:
         CONFIG.status_file = Path(status_file)
         CONFIG.started = time.monotonic() - (_process_age() if whole_process else 0.0)
@@ -109,11 +108,22 @@ def say(text: str) -> None:
 
 
 def unread() -> None:
-    """A line could not be written: the server's background child stops as at the server's SIGTERM (an interrupt
-    in its main thread, whichever thread wrote), once; any other command goes on."""
-    if CONFIG.background and not CONFIG.unread:
-        CONFIG.unread = True
-        _thread.interrupt_main(signal.SIGTERM)
+    """A line could not be written: the server's background child stops as at the server's SIGTERM, unless it stops
+    already; any other command goes on. The signal itself, to the main thread whichever thread wrote: it wakes a
+    main thread waiting (for a thread pool, a thread's end), which an interrupt only asked for would leave waiting."""
+    if CONFIG.background and not CONFIG.stopping:
+        CONFIG.stopping = True
+        main = threading.main_thread().ident
+        if main is not None:  # None only before the interpreter started it
+            signal.pthread_kill(main, signal.SIGTERM)
+
+
+def stop(signum: int, frame: FrameType | None) -> NoReturn:
+    """The background child's SIGTERM handler: an interrupt (its temporary folder removed, its locks let go), after
+    which a line of that cleanup nobody reads (the server killed meanwhile) asks for no second one, which would cut
+    the cleanup short."""
+    CONFIG.stopping = True
+    raise KeyboardInterrupt
 
 
 def record(**facts: Any) -> None:

@@ -203,7 +203,7 @@ def options(
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         # The server's SIGTERM ends it as an interrupt would: its temporary folder removed, its locks let go (the
         # default ends the process at once, leaving the folder to the next start's recovery)
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, progress.stop)
 
 
 def _threads_variable() -> None:

@@ -318,6 +318,7 @@ def read_folder(
                 folder.skipped.append((path_text(relative), content))
                 continue
             raw, data = content
+            marked = data.startswith((UTF8_BOM, *UTF16_BOMS))  # read in its mark's encoding, whatever --encoding says
             data, codec = _encoded(data, encoding)
             try:
                 text = data.decode(codec)
@@ -330,7 +331,7 @@ def read_folder(
                     folder.skipped.append((path_text(relative), f"{problem}, line {line}"))
                     continue
                 else:
-                    hint = ways_out("files", another_encoding=codec != "UTF-16")  # its byte-order mark says UTF-16
+                    hint = ways_out("files", another_encoding=not marked)
                     raise InputError(path_text(path), f"{problem}; {hint}", line=line) from None
             why = "empty" if not text.strip() else _nul(text)  # a byte-order mark alone; UTF-32 read as UTF-16
             if why:

@@ -25,6 +25,8 @@ const REGEX_SECONDS = 3; // a regular expression still testing the labels after 
 const NEAREST_ON_MAP = 3; // labelled words listed beside each labelled word in the table
 const SETTLE_MS = 250; // the table of labelled words and the view's line follow the map once it stops moving
 const HINT_MS = 1500; // how long a hint over the map (how to move or zoom it) stays
+// A wheel's delta in CSS pixels for each of its units (deltaMode: pixels, lines as Firefox sends a mouse's, pages)
+const WHEEL_PIXELS = [1, 40, 800];
 const ZOOM_KEY = /Mac|iPhone|iPad/.test(navigator.platform) ? "⌘" : "Ctrl"; // held with the wheel to zoom the map
 const HINTS = {
   touch: "Use two fingers to move or zoom the map",
@@ -1041,7 +1043,8 @@ export class TableMap {
       event.preventDefault(); // the page itself is not zoomed
       this.showHint("");
       const rect = canvas.getBoundingClientRect();
-      this.zoom(Math.exp(-event.deltaY * 0.0015), event.clientX - rect.left, event.clientY - rect.top);
+      const pixels = event.deltaY * (WHEEL_PIXELS[event.deltaMode] ?? 1);
+      this.zoom(Math.exp(-pixels * 0.0015), event.clientX - rect.left, event.clientY - rect.top);
     }, { passive: false });
     canvas.addEventListener("keydown", (event) => {
       const step = 40;

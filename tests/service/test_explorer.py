@@ -11,6 +11,7 @@ import contextlib
 import csv
 import gzip
 import json
+import math
 import os
 import re
 import shutil
@@ -1353,6 +1354,30 @@ def test_the_wheel_scrolls_the_page_over_the_map_and_zooms_it_with_ctrl(server: 
     page.click("#table-map .tm-zoom-in")
     page.wait_for_function("s => explorer.tableMap.view.s !== s", arg=s)
     assert page.evaluate("explorer.tableMap.view.s") == pytest.approx(1.5 * s, rel=1e-12)
+    watched.assert_clean()
+
+
+# The map's scale after a Ctrl + wheel of ``deltaY`` in ``deltaMode``'s units over the canvas's centre, from the
+# whole table's view each time.
+WHEEL_ZOOM = """([deltaY, deltaMode]) => {
+  const m = explorer.tableMap;
+  m.fit();
+  const before = m.view.s;
+  const rect = m.canvas.getBoundingClientRect();
+  const at = { clientX: rect.left + rect.width / 2, clientY: rect.top + rect.height / 2 };
+  m.canvas.dispatchEvent(new WheelEvent("wheel", { deltaY, deltaMode, ctrlKey: true, cancelable: true, ...at }));
+  return m.view.s / before;
+}"""
+
+
+def test_a_wheel_counted_in_lines_or_pages_zooms_as_its_pixels_do(server: str, watched: Watched) -> None:
+    """A wheel counted in lines (Firefox's mouse wheel: 3 a notch) or pages zooms the map as much as the pixels it
+    scrolls would, not as that many pixels (3 lines zoomed by 0.5%, a notch of pixels by 16%)."""
+    open_table_map(watched, server)
+    page = watched.page
+    for delta, mode, pixels in ((-3, 1, -120), (3, 1, 120), (-1, 2, -800)):
+        assert page.evaluate(WHEEL_ZOOM, [delta, mode]) == pytest.approx(page.evaluate(WHEEL_ZOOM, [pixels, 0]))
+    assert page.evaluate(WHEEL_ZOOM, [-120, 0]) == pytest.approx(math.exp(120 * 0.0015))
     watched.assert_clean()
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from index.build.passages import read_folder
+from index.build.passages import UTF8_BOM, read_folder
 from index.engine.table import Table
+from index.errors import InputError
 from tests.cli import REPO, run_cli
 from tests.index.build.test_folder_import import HINT, LICENSES
 
@@ -163,3 +164,15 @@ def test_a_byte_the_encoding_does_not_read_either(tmp_path: Path, data_dir: Path
     assert read_folder(root, "cp1252", drop_invalid=True).skipped == [
         ("a.txt", "not UTF-8 nor cp1252 text (byte 0x81), line 2")
     ]
+
+
+def test_a_file_whose_byte_order_mark_says_utf8_is_offered_no_other_encoding(tmp_path: Path) -> None:
+    """A Latin-1 byte after a UTF-8 byte-order mark: the mark says how the file is read, whatever --encoding says,
+    and the refusal offered --encoding all the same, then said the same again with it."""
+    (tmp_path / "marked.txt").write_bytes(UTF8_BOM + b"caf\xe9\n")
+    for encoding in ("utf-8", "iso8859-1"):
+        with pytest.raises(InputError) as caught:
+            read_folder(tmp_path, encoding)
+        message = str(caught.value)
+        assert "not UTF-8 text (byte 0xe9)" in message and "--unicode-errors replace" in message, message
+        assert "--encoding" not in message, message

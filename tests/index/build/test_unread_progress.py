@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pty
+import signal
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from index import progress
-from index.build.cli import INTERRUPTED
+from index.build.cli import INTERRUPTED, options
 from index.build.sources import RawTable
 from index.build.writer import build_table
 from index.store import artifact
@@ -120,3 +121,60 @@ def test_a_steps_clock_on_a_pipe_nobody_reads_goes_on_with_the_step(
             time.sleep(0.01)
         step.advance(10)
     assert step.said and died == []
+
+
+@pytest.fixture
+def background_signals() -> Iterator[None]:
+    """The signal handlers and progress settings of the server's background child (``--background``), as its
+    command line sets them, those of this process restored afterwards."""
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        options(background=True)
+        yield
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        progress.configure(background=False)
+
+
+def test_a_line_unread_while_the_background_child_stops_interrupts_it_no_second_time(
+    unread_stream: None, background_signals: None
+) -> None:
+    """The server's SIGTERM, then the server killed while the child cleans up (its temporary folder, its locks):
+    the cleanup's line found no reader and asked for an interrupt again, which cut the cleanup short."""
+    cleaned = interrupted_again = False
+    try:
+        try:
+            signal.raise_signal(signal.SIGTERM)  # the server's stop
+        except KeyboardInterrupt:
+            progress.say("interrupted; no table was built or replaced")
+            for _ in range(1_000):  # an interrupt asked for is raised at the next of these
+                time.sleep(0)
+            cleaned = True
+    except KeyboardInterrupt:
+        interrupted_again = True
+    assert cleaned and not interrupted_again
+
+
+def test_a_line_unread_wakes_the_background_childs_main_thread_from_its_wait(
+    unread_stream: None, background_signals: None
+) -> None:
+    """A step's clock whose line finds no reader while the main thread waits (for a thread pool's texts embedded,
+    for a thread to end): the interrupt was only asked for, raised once the wait ended by itself, where the
+    server's SIGTERM wakes the thread at once."""
+    ended, stop = threading.Event(), threading.Event()
+
+    def clock() -> None:
+        progress.say("embedding texts: 45% (1,800 of 4,000 texts), 1m12s left")
+        stop.wait(SECONDS / 10)  # the wait's own end, long after the signal's
+        ended.set()
+
+    writer = threading.Thread(target=clock)
+    writer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ended.wait()
+        assert not ended.is_set()
+    finally:
+        stop.set()
+        writer.join()

@@ -1198,6 +1198,31 @@ def test_the_focus_on_a_word_of_the_table_leaves_it_when_another_table_is_laid_o
     watched.assert_clean()
 
 
+def test_the_focus_on_a_word_listed_while_another_layout_comes_leaves_it(server: str, watched: Watched) -> None:
+    """Till another table's layout comes, the table still lists the words of the map drawn: told again meanwhile
+    (the map redrawn), it keeps the focus on a word, and the layout once in place takes the focus to the summary,
+    never to the word of the same row number there."""
+    page = watched.page
+    open_table_map(watched, server)
+    page.click("#table-map .tm-words summary")
+    page.wait_for_function("() => document.querySelectorAll('#table-map .tm-words tbody button').length > 0")
+    held: list[Any] = []
+    page.route(f"**/v1/tables/{TOKENS_TABLE}/map?*", lambda route: held.append(route))
+    page.select_option("#table", TOKENS_TABLE)
+    page.wait_for_function("t => explorer.tableMap.asked?.table === t", arg=TOKENS_TABLE)
+    page.focus("#table-map .tm-words tbody tr[data-row='0'] button")  # row 0: labelled on both maps
+    page.evaluate("() => { explorer.tableMap.drawNow(); explorer.tableMap.describeView(); }")  # as a settle would
+    assert page.evaluate("document.activeElement.closest('tr')?.dataset.row") == "0"
+    routed(page, held, 1)[0].continue_()
+    page.wait_for_function(
+        "t => { const m = explorer.tableMap; return m.table === t && m.labels"
+        " && m.words.querySelector(`tr[data-row='0'] button`)?.textContent === m.labels[0]; }",
+        arg=TOKENS_TABLE,
+    )
+    assert page.evaluate("document.activeElement.tagName") == "SUMMARY"
+    watched.assert_clean()
+
+
 # The map's point under CSS pixel (x, y) of the screen.
 UNDER = """([x, y]) => {
   const m = explorer.tableMap;

@@ -1182,26 +1182,8 @@ def test_the_focus_on_a_word_of_the_table_leaves_it_when_another_table_is_laid_o
     server: str, watched: Watched
 ) -> None:
     """The focus on a word of the table of labelled words goes to the table's summary when another table's layout
-    replaces it, never to the word of the same row number there (another word)."""
-    page = watched.page
-    open_table_map(watched, server)
-    page.click("#table-map .tm-words summary")
-    page.wait_for_function("() => document.querySelectorAll('#table-map .tm-words tbody button').length > 0")
-    page.focus("#table-map .tm-words tbody button")
-    page.select_option("#table", TOKENS_TABLE)
-    page.wait_for_function(
-        "t => { const m = explorer.tableMap; return m.table === t && m.labels && m.labelled.length > 0"
-        " && m.listed.startsWith(`${m.generation} `) && m.words.children.length > 0; }",
-        arg=TOKENS_TABLE,
-    )
-    assert page.evaluate("document.activeElement.tagName") == "SUMMARY"
-    watched.assert_clean()
-
-
-def test_the_focus_on_a_word_listed_while_another_layout_comes_leaves_it(server: str, watched: Watched) -> None:
-    """Till another table's layout comes, the table still lists the words of the map drawn: told again meanwhile
-    (the map redrawn), it keeps the focus on a word, and the layout once in place takes the focus to the summary,
-    never to the word of the same row number there."""
+    replaces it, never to the word of the same row number there (another word). Till that layout comes the table
+    still lists the words of the map drawn: told again meanwhile (the map redrawn), it keeps the focus on the word."""
     page = watched.page
     open_table_map(watched, server)
     page.click("#table-map .tm-words summary")

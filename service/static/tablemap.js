@@ -105,7 +105,8 @@ export class TableMap {
     this.dim = false;
     this.frame = 0;
     this.drawTimes = [];
-    this.generation = 0;
+    this.generation = 0; // layouts asked for
+    this.layout = 0; // the generation of the layout drawn (or refused): the one the table of labelled words lists
     this.asked = null; // {table, method} of the latest load
     this.colourTicket = 0;
     this.wire();
@@ -173,6 +174,7 @@ export class TableMap {
   /** The layout before's labels, search matches, selected row and its neighbours forgotten: a layout in its place
    * (or none, refused) neither labels nor lists them. */
   forget() {
+    this.layout = this.generation;
     this.labels = null;
     this.labelsLost = false;
     this.lower = null;
@@ -486,9 +488,10 @@ export class TableMap {
     const line = !this.n ? "" : `${this.visible.toLocaleString("en")} of ${count(this.n)} in view` +
       (this.labels ? `; ${count(ids.length)} labelled, listed in the table below.` : ".");
     if (this.viewLine.textContent !== line) this.viewLine.textContent = line;
-    const key = `${this.generation} ${ids.join(",")}`;
+    // The layout drawn, not the one asked for: till that comes, the rows listed are still the layout before's.
+    const key = `${this.layout} ${ids.join(",")}`;
     if (key === this.listed) return;
-    const sameLayout = this.listed.startsWith(`${this.generation} `); // else a row's number names another word
+    const sameLayout = this.listed.startsWith(`${this.layout} `); // else a row's number names another word
     this.listed = key;
     const inside = this.words.contains(document.activeElement);
     const focused = inside && sameLayout ? document.activeElement.closest("tr").dataset.row : null;

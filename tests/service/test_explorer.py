@@ -1169,10 +1169,11 @@ def test_a_layout_refused_lists_no_word_of_the_layout_before(server: str, api: h
         lambda route: route.fulfill(status=404, body=refusal, content_type="application/json"),
     )
     page.evaluate("t => explorer.tableMap.load(t, 'pca')", WORDS_TABLE)
-    # the table made again for the refused layout (its key starts with the layout's generation)
-    page.wait_for_function("() => { const m = explorer.tableMap; return m.listed.startsWith(`${m.generation} `); }")
+    # The refusal said, then the view told once more (its line emptied with the table): till the refusal comes, the
+    # map of the layout before is still drawn and its words still listed, as a redraw meanwhile tells again.
+    page.wait_for_selector("#table-map .tm-status.warning:text('no such layout')")
+    page.wait_for_function("() => document.getElementById('tm-view').textContent === ''")
     assert page.locator("#table-map .tm-words tbody tr").count() == 0
-    assert page.locator("#tm-view").inner_text() == ""
     assert page.evaluate("explorer.tableMap.labelled") == []
     watched.assert_clean(expected_404=("/map?",))
 
@@ -1181,16 +1182,23 @@ def test_the_focus_on_a_word_of_the_table_leaves_it_when_another_table_is_laid_o
     server: str, watched: Watched
 ) -> None:
     """The focus on a word of the table of labelled words goes to the table's summary when another table's layout
-    replaces it, never to the word of the same row number there (another word)."""
+    replaces it, never to the word of the same row number there (another word). Till that layout comes the table
+    still lists the words of the map drawn: told again meanwhile (the map redrawn), it keeps the focus on the word."""
     page = watched.page
     open_table_map(watched, server)
     page.click("#table-map .tm-words summary")
     page.wait_for_function("() => document.querySelectorAll('#table-map .tm-words tbody button').length > 0")
-    page.focus("#table-map .tm-words tbody button")
+    held: list[Any] = []
+    page.route(f"**/v1/tables/{TOKENS_TABLE}/map?*", lambda route: held.append(route))
     page.select_option("#table", TOKENS_TABLE)
+    page.wait_for_function("t => explorer.tableMap.asked?.table === t", arg=TOKENS_TABLE)
+    page.focus("#table-map .tm-words tbody tr[data-row='0'] button")  # row 0: labelled on both maps
+    page.evaluate("() => { explorer.tableMap.drawNow(); explorer.tableMap.describeView(); }")  # as a settle would
+    assert page.evaluate("document.activeElement.closest('tr')?.dataset.row") == "0"
+    routed(page, held, 1)[0].continue_()
     page.wait_for_function(
-        "t => { const m = explorer.tableMap; return m.table === t && m.labels && m.labelled.length > 0"
-        " && m.listed.startsWith(`${m.generation} `) && m.words.children.length > 0; }",
+        "t => { const m = explorer.tableMap; return m.table === t && m.labels"
+        " && m.words.querySelector(`tr[data-row='0'] button`)?.textContent === m.labels[0]; }",
         arg=TOKENS_TABLE,
     )
     assert page.evaluate("document.activeElement.tagName") == "SUMMARY"

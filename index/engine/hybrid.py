@@ -157,8 +157,10 @@ def run(table: Source, search: DocumentSearch) -> list[list[Hit]]:
 
 def _vector_lists(table: Source, search: DocumentSearch, depth: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each query's nearest rows (ids, cosines), ``depth`` of them (fewer when fewer rows pass), equal cosines by
-    row (as the keyword list's equal scores are)."""
+    row (as the keyword list's equal scores are); none of an empty table (a page of no hits is no search's)."""
     assert search.queries is not None
+    if depth == 0:
+        return [(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))] * len(search.queries)
     answers = table.run(VectorSearch(search.queries, depth, search.exclude, search.options, search.rows))
     out = []
     for hits in answers:

@@ -30,7 +30,6 @@ from index.build.sources import model2vec as m2v_source
 from index.build.writer import build_table
 from index.engine.encode import (
     DEFAULT_A,
-    SIF_COMPONENT,
     Encoder,
     NoKnownWord,
     check_known,
@@ -338,14 +337,14 @@ def reference(glove_raw: RawTable, glove_rows: dict[str, int]) -> np.ndarray:
 
 
 def test_sif_component_equals_brute_force(glove: Table, reference: np.ndarray) -> None:
-    component = np.load(glove.directory / SIF_COMPONENT)
+    component = np.load(glove.directory / artifact.SIF_COMPONENT)
     assert component.dtype == np.float64 and component.shape == (50,)
     assert abs(component @ reference) == pytest.approx(1, abs=1e-9)
     info = glove.manifest["sif"]
-    assert info["file"] == SIF_COMPONENT and info["a"] == DEFAULT_A and info["frequencies"] == "zipf"
+    assert info["file"] == artifact.SIF_COMPONENT and info["a"] == DEFAULT_A and info["frequencies"] == "zipf"
     assert info["corpus"]["path"] == "gensim:lee_background.cor"
     assert (info["corpus"]["lines"], info["corpus"]["texts"], info["corpus"]["skipped"]) == (300, 300, 0)
-    assert SIF_COMPONENT in glove.manifest["files"] and artifact.verify(glove.directory).ok
+    assert artifact.SIF_COMPONENT in glove.manifest["files"] and artifact.verify(glove.directory).ok
 
 
 def test_glove_sif_equals_brute_force(

@@ -43,6 +43,7 @@ from index.store import artifact
 from index.store.tokens import WEIGHTS
 from tests import REPO
 from tests.cli import run_index
+from tests.index.engine.test_loaded_version import linked, next_version
 from tests.minilm import MINILM, MINILM_TENSOR, SPECIALS, minilm_dir
 from tests.opposite import build_opposite
 from tests.vectors import unit
@@ -280,6 +281,16 @@ def test_model2vec_max_length_cuts_long_texts_as_model2vec_does(m2v: Table, m2v_
     model2vec = pytest.importorskip("model2vec")
     theirs = model2vec.StaticModel.from_pretrained(m2v_model).encode(long)
     np.testing.assert_allclose(encoded.vectors, theirs, atol=1e-6)
+
+
+def test_model2vec_weights_are_the_loaded_versions(tmp_path: Path, m2v: Table) -> None:
+    """The token weights a loaded table embeds with are its version's, the next one published under its name since."""
+    directory = linked(m2v.directory, tmp_path)
+    mine = np.load(directory / WEIGHTS)
+    loaded = Table.load(directory, checksums=False)
+    next_version(tmp_path, "m2v", {WEIGHTS: lambda path: np.save(path, mine[::-1] * 2)})
+    assert not np.array_equal(np.load(directory / WEIGHTS), mine)  # the next version's
+    np.testing.assert_array_equal(Encoder(loaded).token_weights, mine)
 
 
 def test_model2vec_without_weights_or_mapping(

@@ -19,8 +19,8 @@ as the load does, whether or not anything else (the data directory's watcher, a 
 table was imported again since it loaded it: a write into the new import's empty log (removed first), or a record
 written through the new import that its version cannot take (another schema).
 
-A shard served alone knows its place in its sharded table (``index.engine.door.shard_place``): it refuses a write
-of an id another shard owns (``service.writes.check_owned``), which would otherwise sit in the wrong shard's log.
+A shard served alone knows its place in its sharded table as its version was loaded (``Table.place``): it refuses a
+write of an id another shard owns (``service.writes.check_owned``), which would otherwise sit in the wrong shard's log.
 
 A sharded table served whole has one :class:`Live` per shard, over the shard's own log
 (``store.table_log``), and a :class:`Sharded` that writes to the shards that own the ids and gathers their
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from index import store
-from index.engine.door import Delta, ShardedTable, Table, WholeDelta, merged_writes, shard_place
+from index.engine.door import Delta, ShardedTable, ShardPlace, Table, WholeDelta, merged_writes
 from index.errors import InvalidQuery, counted
 from service.errors import ApiError
 
@@ -64,7 +64,15 @@ def when_behind(load: Callable[[str, str], None] | None) -> None:
 
 
 class Live:
-    def __init__(self, delta: Delta, path: Path, directory: Path, files: object = None, name: str = "") -> None:
+    def __init__(
+        self,
+        delta: Delta,
+        path: Path,
+        directory: Path,
+        files: object = None,
+        name: str = "",
+        place: ShardPlace | None = None,
+    ) -> None:
         self.name = name or directory.name  # the table's, as the registry serves it (a shard's: its sharded table's)
         self.path = path
         self.directory = directory  # the table's, whose manifest says which writes its version holds
@@ -73,7 +81,7 @@ class Live:
         self.lock = threading.Lock()
         self.inode: int | None = None  # of the log file read (a compaction replaces it with a shorter one)
         self.behind = 0  # the sequence a newer version holds that the log no longer gives this worker (0: none)
-        self.place = shard_place(directory)  # of a shard: the ids it owns are the only ones it takes
+        self.place = place  # of a shard, its version's: the ids it owns are the only ones it takes
 
     def refresh(self) -> Delta:
         """The delta with every record the log holds now applied (a stat when nothing was written). It is the state's
@@ -247,7 +255,7 @@ def _attach(table: Table, directory: Path, name: str = "") -> Live:
             counted(len(delta.documents), "document"),
             counted(int(delta.deleted.sum()), "row"),
         )
-    live = Live(delta, path, directory, table.manifest.get("files"), name)
+    live = Live(delta, path, directory, table.manifest.get("files"), name, table.place)
     live.inode = inode
     with _LOCK:
         _LIVE[table] = live

@@ -23,7 +23,7 @@ import numpy as np
 from index.build.gensim_data import gensim_data
 from index.build.sources import open_text
 from index.build.writer import source_digest
-from index.engine.encode import DEFAULT_A, SIF_COMPONENT, Encoder
+from index.engine.encode import DEFAULT_A, Encoder
 from index.engine.table import Table
 from index.errors import InputError, InvalidQuery, counted
 from index.progress import Progress, duration, note
@@ -105,7 +105,7 @@ def sif_table(data_dir: Path, name: str, corpus: Path | None = None, a: float = 
     note(f"SIF vectors of the lines of {path.name} (a = {a}, p(w) from {encoder.frequency_source}) ...")
     component, made = corpus_component(encoder, path)
     info = {
-        "file": SIF_COMPONENT,
+        "file": artifact.SIF_COMPONENT,
         "a": a,
         "frequencies": encoder.frequency_source,
         "corpus": {
@@ -119,8 +119,8 @@ def sif_table(data_dir: Path, name: str, corpus: Path | None = None, a: float = 
         data_dir,
         name,
         table.manifest,
-        lambda tmp: np.save(tmp / SIF_COMPONENT, component, allow_pickle=False),
-        (SIF_COMPONENT,),
+        lambda tmp: np.save(tmp / artifact.SIF_COMPONENT, component, allow_pickle=False),
+        (artifact.SIF_COMPONENT,),
         {"sif": info},
         "its SIF component was computed",
     )

@@ -140,7 +140,6 @@ from index.store.payload import (
 from index.store.rows import MAX_DIM
 from index.store.shardmap import Place as ShardPlace
 from index.store.shardmap import is_sharded as manifest_is_sharded
-from index.store.shardmap import place as shard_place
 from index.store.shardmap import shard_name
 from index.store.tokens import MAX_TOKEN_CHARS
 
@@ -247,7 +246,6 @@ __all__ = [
     "run",
     "scroll_documents",
     "shard_name",
-    "shard_place",
     "similarities",
     "similarity",
     "spellings",

@@ -45,13 +45,13 @@ from index.engine.encoding import Pooling as Pooling
 from index.engine.lookup import spellings
 from index.engine.table import Table
 from index.errors import InvalidQuery
+from index.store import artifact
 from index.store.tokens import DOTTED_I, FLAG_SPECIAL, WEIGHTS
 
 if TYPE_CHECKING:
     from index.engine.transformer_encoder import TransformerEncoder
 
 DEFAULT_A = 1e-3  # SIF's a, as in the paper
-SIF_COMPONENT = "sif_component.npy"  # a word table's common component (float64, unit length)
 COUNT_COLUMNS = ("count", "counts")  # metadata columns read as word counts
 WORD = re.compile(r"\w+")
 PREVIEW_CHARS = 60
@@ -214,7 +214,7 @@ class Encoder:
         """The word table's SIF common component (unit length, float64)."""
         if self.sif_info is None:
             raise InvalidQuery(f"table {self.table.name!r} has no SIF component")
-        component = np.load(self.table.directory / str(self.sif_info.get("file", SIF_COMPONENT)), allow_pickle=False)
+        component = np.load(self.table.opened.needed(artifact.sif_file(self.sif_info)), allow_pickle=False)
         if component.shape != (self.table.dim,):
             raise InvalidQuery(f"table {self.table.name!r}: its SIF component has shape {list(component.shape)}")
         unit: np.ndarray = np.asarray(component, dtype=np.float64) / np.linalg.norm(component)
@@ -261,8 +261,8 @@ class Encoder:
 
     @cached_property
     def token_weights(self) -> np.ndarray | None:
-        path = self.table.directory / WEIGHTS
-        if not path.is_file():
+        path = self.table.opened.path(WEIGHTS)
+        if path is None:
             return None
         weights: np.ndarray = np.load(path, mmap_mode="r").view(np.ndarray)
         return weights

@@ -8,13 +8,13 @@ import string
 import unicodedata
 from contextvars import ContextVar
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rapidfuzz import fuzz, process
 
 from index.errors import InvalidQuery, UnknownToken, shown
+from index.store.artifact import Opened
 from index.store.tokens import FLAG_SPECIAL, TOKENIZER, Tokens, byte_level_label
 
 SUGGESTION_POOL = 50_000  # unknown tokens are matched against the most frequent rows
@@ -79,7 +79,7 @@ class Lookup:
         self,
         name: str,
         tokens: Tokens,
-        directory: Path,
+        opened: Opened,
         flags: np.ndarray | None,
         model_tokens: bool,
         byte_level: bool,
@@ -87,7 +87,7 @@ class Lookup:
     ) -> None:
         self.name = name
         self.tokens = tokens
-        self.directory = directory
+        self.opened = opened  # the loaded version's files read later: its tokenizer
         self.flags = flags
         self.model_tokens = model_tokens
         self.byte_level = byte_level
@@ -192,7 +192,7 @@ class Lookup:
 
     @property
     def has_tokenizer(self) -> bool:
-        return (self.directory / TOKENIZER).is_file()
+        return self.opened.path(TOKENIZER) is not None
 
     def model_text(self, text: str) -> str:
         """``text`` as the model's tokenizer is given it: lower-cased as sentence-transformers does (``str.lower``)
@@ -205,7 +205,7 @@ class Lookup:
         if self._tokenizer is None:
             from tokenizers import Tokenizer
 
-            tokenizer = Tokenizer.from_file(str(self.directory / TOKENIZER))
+            tokenizer = Tokenizer.from_file(str(self.opened.needed(TOKENIZER)))
             tokenizer.no_padding()  # a model's saved padding/truncation would add [PAD]s or cut the text
             tokenizer.no_truncation()
             self._tokenizer = tokenizer

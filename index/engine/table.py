@@ -69,7 +69,7 @@ from index.errors import ArtifactError, InvalidQuery, not_documents, shown
 from index.store import artifact, shardmap
 from index.store.metadata import load_metadata
 from index.store.payload import Payload
-from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL, FLAGS, Tokens
+from index.store.tokens import FLAG_CONTINUATION, FLAG_SPECIAL, FLAGS, TOKENIZER, WEIGHTS, Tokens
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,13 @@ Search = VectorSearch | AnalogySearch
 Answers = list[list[Neighbor]]  # per query, its hits best first
 
 
+def read_later(manifest: dict[str, Any]) -> list[str]:
+    """The files of a table's version read after its load, when first asked for: its tokenizer, its token weights,
+    its transformer's graph and its SIF component (those it has)."""
+    sif = manifest.get("sif")
+    return [TOKENIZER, WEIGHTS, artifact.GRAPH] + ([artifact.sif_file(sif)] if isinstance(sif, dict) else [])
+
+
 class Table:
     """A loaded table: tokens, unit rows, their original norms and an optional FAISS index."""
 
@@ -209,13 +216,16 @@ class Table:
         self.payload = payload  # a documents table's ids, text and fields
         self.keyword = keyword  # a documents table's BM25 index of its text (None: no text)
         self.in_whole = in_whole  # a shard's: each row's row in its whole table (None: not a shard)
+        self.place = shardmap.place(directory)  # a shard's place in its sharded table, as loaded (None: not a shard)
         self._filters: OrderedDict[str, RowSet] = OrderedDict()
         self._filters_lock = threading.Lock()
         self._derived: dict[str, Any] = {}  # what callers derive from the table's files (see cached)
         self._derived_lock = threading.Lock()
+        # The files read after the load (first text embedded, first tokenize), held open as this version's.
+        self.opened = artifact.Opened(directory, read_later(manifest))
         # A transformer's texts lower-cased before its tokenizer (a table imported before the flag was read: not).
         lower_case = bool((manifest.get("transformer") or {}).get("do_lower_case", False))
-        self.lookup = Lookup(self.name, tokens, directory, flags, self.kind == "tokens", self.byte_level, lower_case)
+        self.lookup = Lookup(self.name, tokens, self.opened, flags, self.kind == "tokens", self.byte_level, lower_case)
 
     # ------------------------------------------------------------------ loading
     @classmethod

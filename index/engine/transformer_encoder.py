@@ -174,7 +174,7 @@ class TransformerEncoder:
     def _open_tokenizer(self) -> Any:
         from tokenizers import Tokenizer
 
-        tokenizer = Tokenizer.from_file(str(self.table.directory / TOKENIZER))
+        tokenizer = Tokenizer.from_file(str(self.table.opened.needed(TOKENIZER)))
         tokenizer.enable_truncation(max_length=self.max_length)
         tokenizer.no_padding()  # padded here, to the longest text of each batch
         return tokenizer
@@ -187,7 +187,7 @@ class TransformerEncoder:
         options.inter_op_num_threads = 1
         options.log_severity_level = 3  # warnings and below stay quiet
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        path = str(self.table.directory / GRAPH)
+        path = str(self.table.opened.needed(GRAPH))
         return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
     def model_text(self, text: str) -> str:

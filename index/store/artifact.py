@@ -12,6 +12,7 @@ publish holds the data directory's lock, under which a new version is completed 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -24,7 +25,8 @@ import resource
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator
+import weakref
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,7 @@ VECTORS = "vectors.npy"
 NORMS = "norms.npy"
 INDEX = "index.faiss"
 GRAPH = "model.onnx"  # the graph's file in a table's directory
+SIF_COMPONENT = "sif_component.npy"  # a word table's common component (float64, unit length)
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -546,6 +549,41 @@ def identity(directory: Path) -> dict[str, tuple[int, int, int]]:
             st = path.stat()
             found[str(path.relative_to(directory))] = (st.st_ino, st.st_size, st.st_mtime_ns)
     return found
+
+
+def sif_file(info: dict[str, Any]) -> str:
+    """The file of a table's SIF component, from its manifest's ``sif`` entry."""
+    return str(info.get("file", SIF_COMPONENT))
+
+
+class Opened:
+    """Files of a loaded version that are read after its load (a tokenizer, a model graph), opened at the load and
+    read later through their descriptors: a version published under the table's name since then (its directory
+    exchanged, the old one deleted) leaves them the loaded version's. Closed when nothing holds this any more."""
+
+    def __init__(self, directory: Path, names: Iterable[str]) -> None:
+        self._fds: dict[str, int] = {}
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):  # the version has none
+                self._fds[name] = os.open(directory / name, os.O_RDONLY | os.O_CLOEXEC)
+        weakref.finalize(self, _close, list(self._fds.values()))
+
+    def path(self, name: str) -> Path | None:
+        """A path that opens the loaded version's file ``name`` (Linux's /proc/self/fd), None when it has none."""
+        fd = self._fds.get(name)
+        return None if fd is None else Path(f"/proc/self/fd/{fd}")
+
+    def needed(self, name: str) -> Path:
+        """:meth:`path` of a file the version must have."""
+        found = self.path(name)
+        if found is None:
+            raise ArtifactError(f"{name} is missing from the loaded version")
+        return found
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def verified(directory: Path, attempts: int = 3) -> tuple[dict[str, Any], Verification]:

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from index.engine.door import Table, shard_place
+from index.engine.door import Table
 from service import indexing, live
 from service.deps import RegistryDep, TableDep
 from service.errors import TABLE_ERRORS, responses
@@ -31,7 +31,7 @@ def summary(table: Table, builds: dict[str, dict[str, Any]]) -> dict[str, Any]:
     sharded = live.sharded_of(table)
     if sharded is not None:
         out["writes"] = sharded.summary()
-    place = table.cached("shard_place", lambda: shard_place(table.directory))  # read once per loaded version
+    place = table.place
     if place is not None:  # a shard served alone: a front checks that it lists the shard in its place
         out["shard_of"] = {"table": place.table, "shard": place.shard, "shards": place.count, "import": place.identity}
     return out

@@ -10,6 +10,7 @@ filters, paging, score floor, diversity, documents left out) answers exactly as 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -127,6 +128,27 @@ def test_a_shard_keeps_the_whole_rows_of_its_own_version_once_a_compaction_publi
     assert done.returncode == 0, done.stderr
     assert len(np.load(shard / shardmap.WHOLE_ROWS)) == len(before) - 5  # the next version's, under the same path
     np.testing.assert_array_equal(door.whole_rows(loaded), before)
+
+
+def test_a_shard_keeps_the_place_of_its_own_version_once_its_table_is_imported_again(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """A shard served alone says the import of the version it loaded, not the one imported since under its name."""
+    data = tmp_path / "data"
+    shutil.copytree(data_dir / "lee3", data / "lee3", copy_function=os.link)
+    shard = data / "lee3" / shardmap.shard_name(0)
+    loaded = Table.load(shard, checksums=False)
+    mine = artifact.read_manifest(data / "lee3")["shards"][shardmap.IMPORT]
+    again = data / ".tmp-again"  # the sharded table imported again: another import, published over it
+    shutil.copytree(data / "lee3", again, copy_function=os.link)
+    manifest = json.loads((again / artifact.MANIFEST).read_text())
+    manifest["shards"][shardmap.IMPORT] = "imported-again"
+    (again / artifact.MANIFEST).unlink()  # a link to the loaded version's
+    (again / artifact.MANIFEST).write_text(json.dumps(manifest))
+    artifact.publish(again, data / "lee3")
+    now = shardmap.place(shard)
+    assert now is not None and now.identity == "imported-again"
+    assert loaded.place is not None and loaded.place.identity == mine
 
 
 def test_the_summary_says_the_lowest_of_the_shards_recall(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

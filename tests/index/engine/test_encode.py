@@ -30,7 +30,6 @@ from index.build.sources import model2vec as m2v_source
 from index.build.writer import build_table
 from index.engine.encode import (
     DEFAULT_A,
-    SIF_COMPONENT,
     Encoder,
     NoKnownWord,
     check_known,
@@ -44,6 +43,7 @@ from index.store import artifact
 from index.store.tokens import WEIGHTS
 from tests import REPO
 from tests.cli import run_index
+from tests.index.engine.test_loaded_version import linked, next_version
 from tests.minilm import MINILM, MINILM_TENSOR, SPECIALS, minilm_dir
 from tests.opposite import build_opposite
 from tests.vectors import unit
@@ -283,6 +283,16 @@ def test_model2vec_max_length_cuts_long_texts_as_model2vec_does(m2v: Table, m2v_
     np.testing.assert_allclose(encoded.vectors, theirs, atol=1e-6)
 
 
+def test_model2vec_weights_are_the_loaded_versions(tmp_path: Path, m2v: Table) -> None:
+    """The token weights a loaded table embeds with are its version's, the next one published under its name since."""
+    directory = linked(m2v.directory, tmp_path)
+    mine = np.load(directory / WEIGHTS)
+    loaded = Table.load(directory, checksums=False)
+    next_version(tmp_path, "m2v", {WEIGHTS: lambda path: np.save(path, mine[::-1] * 2)})
+    assert not np.array_equal(np.load(directory / WEIGHTS), mine)  # the next version's
+    np.testing.assert_array_equal(Encoder(loaded).token_weights, mine)
+
+
 def test_model2vec_without_weights_or_mapping(
     data_dir: Path, tmp_path: Path, minilm_matrix: np.ndarray, minilm_tokenizer: Tokenizer
 ) -> None:
@@ -338,14 +348,14 @@ def reference(glove_raw: RawTable, glove_rows: dict[str, int]) -> np.ndarray:
 
 
 def test_sif_component_equals_brute_force(glove: Table, reference: np.ndarray) -> None:
-    component = np.load(glove.directory / SIF_COMPONENT)
+    component = np.load(glove.directory / artifact.SIF_COMPONENT)
     assert component.dtype == np.float64 and component.shape == (50,)
     assert abs(component @ reference) == pytest.approx(1, abs=1e-9)
     info = glove.manifest["sif"]
-    assert info["file"] == SIF_COMPONENT and info["a"] == DEFAULT_A and info["frequencies"] == "zipf"
+    assert info["file"] == artifact.SIF_COMPONENT and info["a"] == DEFAULT_A and info["frequencies"] == "zipf"
     assert info["corpus"]["path"] == "gensim:lee_background.cor"
     assert (info["corpus"]["lines"], info["corpus"]["texts"], info["corpus"]["skipped"]) == (300, 300, 0)
-    assert SIF_COMPONENT in glove.manifest["files"] and artifact.verify(glove.directory).ok
+    assert artifact.SIF_COMPONENT in glove.manifest["files"] and artifact.verify(glove.directory).ok
 
 
 def test_glove_sif_equals_brute_force(

@@ -110,11 +110,14 @@ class Place:
 
 def place(directory: Path) -> Place | None:
     """The place of the table in ``directory`` when it is a shard of a sharded table (its parent's map names it),
-    else None."""
+    else None. A ``manifest.json`` in the parent that is no table's (a data directory's stray file) makes none."""
     parent = Path(directory).parent
     if not (parent / artifact.MANIFEST).is_file():
         return None
-    manifest = artifact.read_manifest(parent)
+    try:
+        manifest = artifact.read_manifest(parent)
+    except ArtifactError:
+        return None
     shards = (manifest.get("shards") or {}) if is_sharded(manifest) else {}
     names = list(shards.get("names") or ())
     if Path(directory).name not in names:

@@ -956,7 +956,7 @@ def test_a_regular_expression_that_backtracks_for_minutes_leaves_the_tab_respons
     page.fill("#tm-search", "/(a+)+$/")
     page.press("#tm-search", "Enter")
     # Frames go on being drawn while the expression runs (tested on the page's thread, none came: the tab froze),
-    # however few a busy machine draws in its 3 s
+    # however few a busy machine draws before the page stops it
     page.wait_for_function("() => window.framesSearching >= 3", timeout=120_000)
     page.wait_for_selector("#table-map .tm-matches >> text=stopped after 3 s", timeout=120_000)
     assert page.evaluate("explorer.tableMap.matches") is None and page.get_attribute("#table-map", "data-matches") == ""

@@ -39,8 +39,8 @@ MAX_HEADER_BYTES = 8192
 # Timers are exact (``loop.call_later``), so short timeouts show the same behaviour in less time. The relations
 # the assertions rely on: BODY_TIMEOUT - 0.05 > HEADER_TIMEOUT (a body timeout is not the header's), SLACK below
 # each timeout (a timer re-armed one interval late is caught) and HEADER_TIMEOUT + SLACK <= KEEP_ALIVE (a head
-# timed out is not an idle connection's close). Twice the shortest the settings take: a timeout acted on 0.56 s
-# late on a machine at load 17 (2 of 16 over 0.45 s); the slack, a share of each timeout, is 0.9 s.
+# timed out is not an idle connection's close). Twice the shortest the settings take, so that the slack, a share of
+# each timeout, covers how late a busy machine acts on a timer.
 HEADER_TIMEOUT = 2.0
 BODY_TIMEOUT = 3.0
 KEEP_ALIVE = 3.0

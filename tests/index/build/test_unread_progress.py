@@ -27,8 +27,8 @@ from tests.words import write_words
 
 ROWS = 5_000
 SECONDS = 600  # a bound for a hung build on a busy machine, not a timing
-# The builder with a step's clock that speaks every 10 ms: its thread writes on the unread stream too, as a long
-# step's would every 5 s.
+# The builder with a step's clock on a short interval: its thread writes on the unread stream too, as a long step's
+# clock would.
 BUILDER = "from index import progress; progress.CONFIG.interval = 0.01; from index.build.cli import main; main()"
 
 

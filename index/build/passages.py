@@ -268,19 +268,19 @@ def _content(path: Path) -> tuple[bytes, bytes] | str:
     return raw, data
 
 
-def _encoded(data: bytes, encoding: str) -> tuple[bytes, str]:
-    """A file's text bytes and their encoding: UTF-16 with its byte-order mark (which the codec reads), UTF-8 after
-    its byte-order mark (left out, so that a bad byte's offset counts from the file's first byte after it), else
-    UTF-8 when they are, else ``encoding`` (a codec's name, as ``text_codec`` gives it)."""
+def _encoded(data: bytes, encoding: str) -> tuple[bytes, str, str | None]:
+    """A file's text bytes, their encoding, and their text when telling the encoding decoded it (else None): UTF-16
+    with its byte-order mark (which the codec reads), UTF-8 after its byte-order mark (left out, so that a bad byte's
+    offset counts from the file's first byte after it), else UTF-8 when they are, else ``encoding`` (a codec's name,
+    as ``text_codec`` gives it)."""
     if data.startswith(UTF16_BOMS):
-        return data, "UTF-16"
+        return data, "UTF-16", None
     if data.startswith(UTF8_BOM) or encoding == "utf-8":
-        return data.removeprefix(UTF8_BOM), "UTF-8"
+        return data.removeprefix(UTF8_BOM), "UTF-8", None
     try:
-        data.decode("utf-8")
+        return data, "UTF-8", data.decode("utf-8")
     except UnicodeDecodeError:
-        return data, encoding
-    return data, "UTF-8"
+        return data, encoding, None
 
 
 def _problem(data: bytes, encoding: str, exc: UnicodeDecodeError) -> tuple[str, int]:
@@ -319,9 +319,9 @@ def read_folder(
                 continue
             raw, data = content
             marked = data.startswith((UTF8_BOM, *UTF16_BOMS))  # read in its mark's encoding, whatever --encoding says
-            data, codec = _encoded(data, encoding)
+            data, codec, text = _encoded(data, encoding)
             try:
-                text = data.decode(codec)
+                text = data.decode(codec) if text is None else text
             except UnicodeDecodeError as exc:
                 problem, line = _problem(data, codec, exc)
                 if unicode_errors != "strict":

@@ -117,9 +117,8 @@ class Folder:
     files: list[TextFile] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (relative path, why)
     encoded: list[str] = field(default_factory=list)  # not UTF-8: read in ``encoding``
-    replaced: list[str] = field(
-        default_factory=list
-    )  # read with U+FFFD for bytes ``encoding`` does not read (or without)
+    # the files read with U+FFFD for the bytes ``encoding`` does not read, or without them (``unicode_errors``)
+    replaced: list[str] = field(default_factory=list)
     encoding: str = "utf-8"  # of the files that are not UTF-8 (``--encoding``)
     unicode_errors: str = "strict"
     sha256: str = ""  # of the files read: each one's relative path and the sha256 of its bytes, in order

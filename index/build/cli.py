@@ -448,6 +448,7 @@ def import_(
     from index.build.index_choice import check_spec
     from index.build.passages import path_text
     from index.build.sources import ReadOptions, read_source, refuse_stream, sniff_format
+    from index.build.sources.numpy_vocab import is_npz
     from index.build.writer import source_digest
     from index.engine.keyword import Tokenizer
 
@@ -488,7 +489,8 @@ def import_(
             fail(f"{option}: only for --format {listed}, and {path} reads as {found}")
     # A model's tokens come from its tokenizer.json (JSON, so UTF-8) and a gensim model's keys are text already:
     # only the readers that decode tokens from bytes, and a folder's files, read another encoding and say what the
-    # bytes it does not read become (utf-8 named where it does not apply is refused too).
+    # bytes it does not read become (utf-8 named where it does not apply is refused too). An .npz archive's tokens
+    # are text too, but for an unpaired surrogate, which --unicode-errors says what becomes of.
     decoding = ("word2vec", "word2vec-binary", "glove", "fasttext", "npy", "projector")
     decoded = (("--encoding", encoding), (f"--unicode-errors {unicode_errors}", unicode_errors != "strict" or None))
     for option, value in decoded:
@@ -497,6 +499,8 @@ def import_(
                 f"{option}: only for --format {', '.join(decoding)} or a folder of text files, and {path} reads as "
                 f"{found}, whose tokens are text already"
             )
+    if encoding is not None and reads_as() == "npy" and path.is_file() and is_npz(path):
+        fail(f"--encoding: not for an .npz archive, whose tokens are text already (a str array), and {path} is one")
     # Options for the files of a folder of documents: a file of records would take them without a word.
     folder_only = [
         option for option, given_here in (("--chunk-words", chunk_words), *decoded) if given_here is not None

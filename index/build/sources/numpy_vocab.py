@@ -42,9 +42,14 @@ NPZ_HINT = "np.savez(path, vectors=matrix, tokens=np.array(tokens, dtype=str))"
 NPY_ERRORS = (ValueError, TypeError, KeyError, SyntaxError, TokenError, EOFError, OSError, UnicodeDecodeError)
 
 
+def is_npz(path: Path) -> bool:
+    """Whether ``path`` is an ``.npz`` archive (of tokens and matrix) rather than a ``.npy`` matrix."""
+    return read_head(path).startswith(ZIP_MAGIC)
+
+
 def read(path: Path, options: ReadOptions) -> RawTable:
     path = Path(path)
-    if read_head(path).startswith(ZIP_MAGIC):
+    if is_npz(path):
         return read_npz(path, options)
     if options.vocab is None:
         raise InputError(path, "a .npy matrix needs its vocabulary: --vocab FILE (one token per line)")

@@ -295,9 +295,8 @@ def test_codec_names_are_pythons() -> None:
 
 
 def test_encoding_on_a_format_of_text_tokens_is_refused(tmp_path: Path, data_dir: Path) -> None:
-    """--encoding is for the readers that decode tokens from bytes and for a folder's files: a file of documents, a
-    model or an .npz (a str array) would ignore it, so it is refused (a folder: tests/index/build/
-    test_folder_encoding.py)."""
+    """--encoding is for the readers that decode tokens from bytes and for a folder's files: a file of documents or a
+    model would ignore it, so it is refused (a folder: tests/index/build/test_folder_encoding.py; an .npz: below)."""
     records = tmp_path / "notes.jsonl"
     records.write_text('{"id": "a", "text": "the heart", "vector": [0.1, 0.2]}\n')
     for codec in ("latin-1", "utf-8"):  # UTF-8 named too: the option is refused where it does not apply, not read
@@ -315,9 +314,21 @@ def test_encoding_on_a_format_of_text_tokens_is_refused(tmp_path: Path, data_dir
         "embedding-index: error: --encoding: only for --format word2vec, word2vec-binary, glove, fasttext, npy, "
         f"projector or a folder of text files, and {model} reads as hf, whose tokens are text already\n",
     )
-    np.savez(tmp_path / "m.npz", vectors=np.eye(2, dtype=np.float32), tokens=np.array(["a", "b"]))
-    refused = import_fails(tmp_path / "m.npz", data_dir, "--encoding", "latin-1")
-    assert refused.endswith("m.npz: an .npz archive's tokens are text already (a str array): leave out --encoding")
+
+
+@pytest.mark.parametrize("codec", ["utf-8", "latin-1"])
+def test_encoding_on_an_npz_archive_is_refused(tmp_path: Path, data_dir: Path, codec: str) -> None:
+    """An .npz archive's tokens are a str array, text already: --encoding (utf-8 too) would be ignored, so the
+    command refuses it, naming the option and the archive, before reading it; a reader given another encoding for
+    one refuses it too. (--unicode-errors applies: tests/index/build/test_sources.py, an unpaired surrogate.)"""
+    archive = tmp_path / "m.npz"
+    np.savez(archive, vectors=np.eye(2, dtype=np.float32), tokens=np.array(["a", "b"]))
+    result = run_cli("import", archive, "--name", "t", "--data-dir", data_dir, "--encoding", codec)
+    problem = f"--encoding: not for an .npz archive, whose tokens are text already (a str array), and {archive} is one"
+    assert (result.code, result.err) == (1, f"embedding-index: error: {problem}\n")
+    assert not (data_dir / "t").exists()
+    with pytest.raises(InputError, match=r"an \.npz archive's tokens are text already \(a str array\)"):
+        read_source(archive, "npy", ReadOptions(encoding="iso8859-1"))
 
 
 # -------------------------------------------------------------------------------------------- unicode_errors

@@ -429,7 +429,10 @@ class ShardedTable(Table):
             raise ArtifactError(f"table {directory.name!r} disagrees with its manifest: " + "; ".join(result.problems))
         shard_map = shardmap.read(directory)
         whole = shardmap.table_keyword(directory, shard_map.manifest, checked=checksums)
-        shards = [Table.load_with(shard_map.shard_directory(s), checksums, whole) for s in range(shard_map.count)]
+        shards = [
+            Table.load_with(shard_map.shard_directory(s), checksums, whole, shard_map.place(s))
+            for s in range(shard_map.count)
+        ]
         return cls(shard_map, shards)
 
     @property

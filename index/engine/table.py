@@ -192,6 +192,7 @@ class Table:
         payload: Payload | None = None,
         keyword: KeywordIndex | None = None,
         in_whole: np.ndarray | None = None,
+        place: shardmap.Place | None = None,
     ) -> None:
         self.directory = directory
         self.manifest = manifest
@@ -216,7 +217,7 @@ class Table:
         self.payload = payload  # a documents table's ids, text and fields
         self.keyword = keyword  # a documents table's BM25 index of its text (None: no text)
         self.in_whole = in_whole  # a shard's: each row's row in its whole table (None: not a shard)
-        self.place = shardmap.place(directory)  # a shard's place in its sharded table, as loaded (None: not a shard)
+        self.place = place  # a shard's place in its sharded table, as loaded (None: not a shard)
         self._filters: OrderedDict[str, RowSet] = OrderedDict()
         self._filters_lock = threading.Lock()
         self._derived: dict[str, Any] = {}  # what callers derive from the table's files (see cached)
@@ -230,13 +231,20 @@ class Table:
     # ------------------------------------------------------------------ loading
     @classmethod
     def load(cls, directory: Path, checksums: bool = True) -> Table:
-        """Map a table read-only after checking its files against the manifest."""
-        return cls.load_with(directory, checksums)
+        """Map a table read-only after checking its files against the manifest; a shard's place in its sharded table
+        read from the manifest beside it (a table of a data directory has none: one look)."""
+        return cls.load_with(directory, checksums, place=shardmap.place(directory))
 
     @classmethod
-    def load_with(cls, directory: Path, checksums: bool = True, whole: shardmap.WholeKeyword | None = None) -> Table:
-        """:meth:`load`, given a shard's whole table's keyword statistics (``whole``) when the loader of its
-        sharded table read them already (``KeywordIndex.open`` reads them otherwise)."""
+    def load_with(
+        cls,
+        directory: Path,
+        checksums: bool = True,
+        whole: shardmap.WholeKeyword | None = None,
+        place: shardmap.Place | None = None,
+    ) -> Table:
+        """:meth:`load`, given a shard's whole table's keyword statistics (``whole``: ``KeywordIndex.open`` reads
+        them otherwise) and its ``place`` when the loader of its sharded table read them already."""
         directory = Path(directory)
         manifest = artifact.read_manifest(directory)
         if moved := artifact.column_major(directory, manifest):  # not a disagreement with the manifest
@@ -277,7 +285,9 @@ class Table:
         keyword = KeywordIndex.open(directory, manifest, whole)
         in_whole = shardmap.read_whole_rows(directory, vectors.shape[0])
         tokens = Tokens(directory)
-        return cls(directory, manifest, vectors, norms, tokens, index, flags, metadata, payload, keyword, in_whole)
+        return cls(
+            directory, manifest, vectors, norms, tokens, index, flags, metadata, payload, keyword, in_whole, place
+        )
 
     def serve_as(self, name: str) -> None:
         """Take the name it is served under (a table copied or renamed on disk keeps its built name inside)."""

@@ -150,6 +150,10 @@ class ShardMap:
     def shard_directory(self, shard: int) -> Path:
         return self.directory / self.names[shard]
 
+    def place(self, shard: int) -> Place:
+        """Shard ``shard``'s place in the table, as :func:`place` reads it from the shard's directory."""
+        return Place(self.directory.name, shard, self.count, (self.manifest.get("shards") or {}).get(IMPORT))
+
 
 def read(directory: Path) -> ShardMap:
     """The map of the sharded table in ``directory`` (its own files checked for size, not checksummed)."""

@@ -151,6 +151,28 @@ def test_a_shard_keeps_the_place_of_its_own_version_once_its_table_is_imported_a
     assert loaded.place is not None and loaded.place.identity == mine
 
 
+def test_a_sharded_table_reads_its_manifest_once_for_its_shards_places(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loaded whole, a sharded table gives each shard its place from the map it read: the place a shard loaded
+    alone reads from the manifest beside it, without that manifest read again for every shard (a table of a
+    thousand shards read it a thousand times)."""
+    directory = data_dir / "lee3"
+    alone = [shardmap.place(directory / shardmap.shard_name(s)) for s in range(SHARDS)]
+    read = artifact.read_manifest
+    reads: list[Path] = []
+
+    def counted(path: Path) -> dict[str, Any]:
+        reads.append(Path(path))
+        return read(path)
+
+    monkeypatch.setattr(artifact, "read_manifest", counted)
+    loaded = ShardedTable.load(directory, checksums=False)
+    assert [shard.place for shard in loaded.shards] == alone
+    assert alone[0] is not None and alone[0].count == SHARDS
+    assert reads.count(directory) <= 2, reads  # verified, then read for its map
+
+
 def test_the_summary_says_the_lowest_of_the_shards_recall(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Served whole, a sharded table's summary gives the lowest recall@10 its shards measured (not null), and the
     table is approximate when one of its shards searches an approximate index."""

@@ -225,6 +225,19 @@ def fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+def _say(text: str) -> None:
+    """A result line on stdout (what was built, listed, checked); dropped where nobody reads it any more (a closed
+    pipe or terminal), as a progress line is: the table is built all the same and the exit status is the command's.
+    Nothing more goes there, not even the interpreter's last flush of the line it holds."""
+    try:
+        typer.echo(text)
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):
+            nowhere = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(nowhere, sys.stdout.fileno())
+            os.close(nowhere)
+
+
 def _last_line(text: str) -> None:
     """The command's last line (an error, an interrupt) on stderr; dropped where nobody reads it any more (a
     closed pipe), as a progress line is: the exit status still says it."""
@@ -259,7 +272,7 @@ def _build_and_report(
     index = manifest["index"]
     deferred = " (exact search until `embedding-serve` or `embedding-index index` builds its index)"
     later = deferred if index.get("deferred") else ""
-    typer.echo(
+    _say(
         f"built {manifest['name']!r}: {counted(manifest['rows'], 'row')} x {manifest['dim']} "
         f"({index['spec']['kind']}, recall@10 {index['recall_at_10']}){later} in {manifest['build_seconds']} s "
         f"-> {artifact.table_dir(data_dir, manifest['name'])}{taken_instead(index.get('fallback'))}"
@@ -273,21 +286,21 @@ def _report_documents(manifest: dict[str, Any]) -> None:
     fields = ", ".join(f"{name} {field['type']}" for name, field in info["fields"].items()) or "none"
     text = f"text {info['text_field']!r}" if info["text_field"] else "no text"
     ids = f"{info['id_type']} ids from {info['id_field']!r}" if info["ids_from"] == "field" else "row numbers as ids"
-    typer.echo(f"documents: {info['count']:,} ({ids}; {text}; fields: {fields})")
+    _say(f"documents: {info['count']:,} ({ids}; {text}; fields: {fields})")
     source = manifest.get("source", {})
     if "files_read" in source:
         why = ", ".join(f"{count:,} {reason}" for reason, count in source["skipped_reasons"].items())
         skipped = f" ({why}; each is listed in the manifest's source)" if why else ""
-        typer.echo(f"files: {source['files_read']:,} read, {source['files_skipped']:,} skipped{skipped}")
+        _say(f"files: {source['files_read']:,} read, {source['files_skipped']:,} skipped{skipped}")
     cleaning = manifest.get("cleaning", {})
     if cleaning.get("invalid_rows_dropped"):
         reasons = "; ".join(cleaning["invalid_rows"])
         dropped = counted(cleaning["invalid_rows_dropped"], "invalid row")
-        typer.echo(f"dropped {dropped} (--drop-invalid), first: {reasons}")
+        _say(f"dropped {dropped} (--drop-invalid), first: {reasons}")
     if cleaning.get("texts_not_embedded"):
         from index.build.documents import not_embedded_line
 
-        typer.echo(not_embedded_line(cleaning["texts_not_embedded"]))
+        _say(not_embedded_line(cleaning["texts_not_embedded"]))
 
 
 @app.command()
@@ -309,7 +322,7 @@ def build(
 
     _not_a_shard(data_dir, name, MADE_BESIDE)
     if _taken(data_dir, name, force):
-        typer.echo(f"table {name!r} already exists in {data_dir}; nothing to do (use --force to rebuild it)")
+        _say(f"table {name!r} already exists in {data_dir}; nothing to do (use --force to rebuild it)")
         return
     check_spec(index)
     vectors, vocab = glove_package.package_files()
@@ -630,7 +643,7 @@ def _shard_builder(
 
 def _say_sharded(manifest: dict[str, Any], data_dir: Path, name: str) -> None:
     rows = ", ".join(f"{count:,}" for count in manifest["shards"]["rows"])
-    typer.echo(
+    _say(
         f"built {name!r}: {manifest['rows']:,} rows x {manifest['dim']} in {manifest['shards']['count']} shards "
         f"({rows} rows) in {manifest['build_seconds']} s -> {artifact.table_dir(data_dir, name)}"
     )
@@ -751,7 +764,7 @@ def train(
     )
     raw = train_word2vec(corpus, params)
     stats = raw.info["corpus"]
-    typer.echo(
+    _say(
         f"trained {counted(len(raw.tokens), 'word')} x {dim} on {counted(stats['lines'], 'line')} "
         f"({counted(stats['words'], 'token')})"
         f" in {stats['train_seconds']} s"
@@ -796,7 +809,7 @@ def index_(
     _whole_only(data_dir, name, "each shard's index is built by its import (import it again to change it)")
     manifest = index_table(data_dir, name, index_spec=index, min_recall=min_recall, budget=budget)
     info = manifest["index"]
-    typer.echo(
+    _say(
         f"indexed {name!r}: {info['spec']['kind']} {json.dumps(info['spec'])}, recall@10 {info['recall_at_10']}, "
         f"built in {info['build_seconds']} s{taken_instead(info.get('fallback'))}"
     )
@@ -830,9 +843,9 @@ def compact(
     sharded = shardmap.holds_sharded(_table(data_dir, name))
     done = compact_sharded(data_dir, name, wait) if sharded else fold(data_dir, name, wait)
     if not done["written"]:
-        typer.echo(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")
+        _say(f"{name!r}: no writes since its version (sequence {done['log_sequence']}); nothing to do")
         return
-    typer.echo(
+    _say(
         f"compacted {name!r}: {counted(done['written'], 'write')} folded in, {counted(done['rows'], 'document')}, "
         f"sequence {done['log_sequence']}; {counted(done['kept'], 'later write')} kept in the log"
         f"{taken_instead(done.get('fallback'))}"
@@ -871,7 +884,7 @@ def sif(
     _whole_only(data_dir, name, "a SIF component is a whole table's (import it without --shards for one)")
     info = sif_table(data_dir, name, corpus, a)["sif"]
     made = info["corpus"]
-    typer.echo(
+    _say(
         f"SIF component of {name!r}: {counted(made['texts'], 'text')} of {made['path']} "
         f"({counted(made['skipped'], 'line')} skipped), "
         f"a = {info['a']}, p(w) from {info['frequencies']}, {made['explained']:.1%} of their squared length along it"
@@ -883,14 +896,14 @@ def list_(data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """List the tables in the data directory."""
     names = artifact.list_tables(data_dir)
     if not names:
-        typer.echo(f"no tables in {data_dir}")
+        _say(f"no tables in {data_dir}")
     for name in names:
         try:
             m = artifact.read_manifest(artifact.table_dir(data_dir, name))
         except ArtifactError as exc:  # one bad table is named among the others, which are listed all the same
-            typer.echo(f"{name}\tunreadable: {exc}")
+            _say(f"{name}\tunreadable: {exc}")
             continue
-        typer.echo(f"{name}\t{m['rows']} x {m['dim']}\t{m.get('kind', 'words')}\t{index_column(m)}")
+        _say(f"{name}\t{m['rows']} x {m['dim']}\t{m.get('kind', 'words')}\t{index_column(m)}")
 
 
 def index_column(manifest: dict[str, Any]) -> str:
@@ -905,7 +918,7 @@ def index_column(manifest: dict[str, Any]) -> str:
 @app.command()
 def inspect(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) -> None:
     """Print a table's manifest."""
-    typer.echo(json.dumps(artifact.read_manifest(_table(data_dir, name)), indent=2, ensure_ascii=False))
+    _say(json.dumps(artifact.read_manifest(_table(data_dir, name)), indent=2, ensure_ascii=False))
 
 
 @app.command()
@@ -921,7 +934,7 @@ def verify(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
             note(again)
         again = _verified(data_dir, name)
         if again is None:
-            typer.echo(f"{name}: ok")
+            _say(f"{name}: ok")
             return
     fail(
         f"table {name!r}: a newer version was published each of the {artifact.ROUNDS} times it was verified (a server "
@@ -975,7 +988,7 @@ def remove(name: str, data_dir: DataDir = Path("data"), quiet: Quiet = False) ->
     _not_a_shard(data_dir, name, "remove that table, not one of its shards")
     remove_logs(data_dir, name)  # first: a table imported later under the name never replays these writes
     artifact.remove(data_dir, name)
-    typer.echo(f"removed {name}")
+    _say(f"removed {name}")
 
 
 @app.command("eval")
@@ -1017,7 +1030,7 @@ def eval_(
             for path in pairs:
                 report["pairs"].append(evaluate_pairs(table, path, restrict=restrict))
                 progress.advance()
-    typer.echo(json.dumps(report, indent=2) if as_json else format_report(report))
+    _say(json.dumps(report, indent=2) if as_json else format_report(report))
 
 
 INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT)

@@ -79,6 +79,19 @@ def test_a_build_whose_lines_nobody_reads_publishes_its_table(
     assert sorted(path.name for path in data.iterdir()) == ["w"]  # nothing half-written beside it
 
 
+def test_a_build_whose_result_line_nobody_reads_publishes_its_table_and_exits_0(
+    glove_raw: RawTable, tmp_path: Path
+) -> None:
+    """``embedding-index import ... 2>&1 | head -1``: its last line, the one that says what was built, found the
+    pipe without reader after the table was published; the command ended with exit status 1 and not a word, as
+    if it had failed. That line is dropped as a progress line is: the status is the build's."""
+    words = write_words(glove_raw, tmp_path / "words.txt", rows=ROWS)
+    data = tmp_path / "data"
+    done = run_unread("import", str(words), "--name", "w", "--data-dir", str(data), stream=unread_pipe(), joined=True)
+    assert done.returncode == 0, done
+    assert artifact.verify(data / "w").ok and sorted(path.name for path in data.iterdir()) == ["w"]
+
+
 def test_the_servers_background_build_stops_once_the_server_is_gone(glove_raw: RawTable, tmp_path: Path) -> None:
     """The server's background child (``--background``) writes to the server: a server killed outright leaves it
     without a reader. It stops as the server's SIGTERM stops it (an interrupt: its temporary folder removed, its

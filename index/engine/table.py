@@ -169,6 +169,32 @@ Search = VectorSearch | AnalogySearch
 Answers = list[list[Neighbor]]  # per query, its hits best first
 
 
+LOAD_ATTEMPTS = 3  # of a load that versions published under the table's name meanwhile make load again
+Loaded = TypeVar("Loaded")
+
+
+def one_version(directory: Path, load: Callable[[], Loaded]) -> Loaded:
+    """``load()`` of the table at ``directory``, which reads its files by their paths one after another: a version
+    published under its name meanwhile (its directory exchanged, the older one deleted) would pair the manifest of
+    one version with files of the other, or fail midway. So the directory there is the same one before and after
+    ``load()``, or it is loaded again, the newer version whole; :class:`ArtifactError` when a version was published
+    during each of ``LOAD_ATTEMPTS`` loads."""
+    for _ in range(LOAD_ATTEMPTS):
+        there = artifact.directory_identity(directory)
+        try:
+            loaded = load()
+        except Exception:  # whatever failed, it failed on a version since replaced: loaded again
+            if artifact.directory_identity(directory) == there:
+                raise
+            continue
+        if artifact.directory_identity(directory) == there:
+            return loaded
+    raise ArtifactError(
+        f"table {directory.name!r}: a new version was published during each of its {LOAD_ATTEMPTS} loads; load it "
+        "again once it is published less often"
+    )
+
+
 def read_later(manifest: dict[str, Any]) -> list[str]:
     """The files of a table's version read after its load, when first asked for: its tokenizer, its token weights,
     its transformer's graph and its SIF component (those it has)."""
@@ -236,8 +262,13 @@ class Table:
     @classmethod
     def load_with(cls, directory: Path, checksums: bool = True, whole: shardmap.WholeKeyword | None = None) -> Table:
         """:meth:`load`, given a shard's whole table's keyword statistics (``whole``) when the loader of its
-        sharded table read them already (``KeywordIndex.open`` reads them otherwise)."""
+        sharded table read them already (``KeywordIndex.open`` reads them otherwise); one version whole, however
+        many are published meanwhile (:func:`one_version`)."""
         directory = Path(directory)
+        return one_version(directory, lambda: cls._load_once(directory, checksums, whole))
+
+    @classmethod
+    def _load_once(cls, directory: Path, checksums: bool, whole: shardmap.WholeKeyword | None) -> Table:
         manifest = artifact.read_manifest(directory)
         if moved := artifact.column_major(directory, manifest):  # not a disagreement with the manifest
             raise ArtifactError(f"table {directory.name!r}: {moved}")

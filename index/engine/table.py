@@ -243,6 +243,9 @@ class Table:
         self.keyword = keyword  # a documents table's BM25 index of its text (None: no text)
         self.in_whole = in_whole  # a shard's: each row's row in its whole table (None: not a shard)
         self.place = shardmap.place(directory)  # a shard's place in its sharded table, as loaded (None: not a shard)
+        # The directory loaded (device, inode; one_version checks it is the same after the load as before): another
+        # is in its place once a version is published there
+        self.identity = artifact.directory_identity(directory)
         self._filters: OrderedDict[str, RowSet] = OrderedDict()
         self._filters_lock = threading.Lock()
         self._derived: dict[str, Any] = {}  # what callers derive from the table's files (see cached)

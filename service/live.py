@@ -131,19 +131,22 @@ class Live:
     def _read_on(self, read: Reader) -> None:
         """Under the lock: apply what the log holds beyond what this state read, ``read(start, previous, inode)``
         giving it (``store.read_new``'s answer). Another file (a compaction's cut) must reach on from the last
-        write read (``_check_reach``). A log that no longer holds writes this state read, which no version holds
-        either (emptied, cut back or replaced by hand while the version stays), is read again from its start."""
+        write read (``_check_reach``). A log that no longer holds writes this state read as it read them, which no
+        version holds either (emptied, cut back or replaced by hand while the version stays; written again since,
+        past where this state stopped, so that no record starts there), is read again from its start."""
         before, inode = self.delta.seq, self.inode
         try:
             found = os.stat(self.path)
-            shorter = found.st_ino == inode and found.st_size < self.delta.offset  # cut back below the records read
+            same, shorter = found.st_ino == inode, found.st_size < self.delta.offset  # the file read; cut back?
         except FileNotFoundError:
-            shorter = False
-        if shorter and self._read_again(read, found.st_ino, before):
+            same = shorter = False
+        if same and shorter and self._read_again(read, inode, before):
             return
         try:
             records, offset, new_inode = read(self.delta.offset, self.delta.last, inode)
-        except (store.LogCorrupt, store.LogMismatch) as exc:
+        except (store.LogCorrupt, store.LogMismatch) as exc:  # damage, or no record where this state stopped
+            if same and self._read_again(read, inode, before):
+                return
             raise self._refused(exc) from None
         self._apply(records)
         self.delta.offset, self.inode = offset, new_inode
@@ -154,7 +157,7 @@ class Live:
             return
         self._check_reach(before, records)
 
-    def _read_again(self, read: Reader, inode: int, before: int) -> bool:
+    def _read_again(self, read: Reader, inode: int | None, before: int) -> bool:
         """The log (file ``inode``) read again from its start into a new delta over the loaded version, as a load
         replays it: the log no longer holds every write this state read (up to ``before``). False, nothing read,
         when another directory is in the table's place (a compaction's version, an import, none): the load of what
@@ -170,12 +173,13 @@ class Live:
             raise self._refused(exc) from None
         delta.offset = offset
         log.warning(
-            "table %r: write log %s holds the writes up to sequence %d, not every one this worker read (up to %d), "
-            "and its version none of those: emptied or cut back by hand; read again from its start",
+            "table %r: write log %s no longer holds the writes this worker read as it read them (up to sequence %d), "
+            "nor does its version: emptied, cut back or replaced by hand; read again from its start (the writes up "
+            "to sequence %d)",
             self.directory.name,
             self.path.name,
-            delta.seq,
             before,
+            delta.seq,
         )
         self.delta, self.inode = delta, inode
         return True

@@ -17,7 +17,10 @@ of the table answer 503 ``not_ready`` until it has loaded the newest version, ra
 asks for that load itself (``when_behind``: the server's reload, ``service.reload.CatchUp``), so the 503 lasts as long
 as the load does, whether or not anything else (the data directory's watcher, a SIGHUP) reloads it. So does one whose
 table was imported again since it loaded it: a write into the new import's empty log (removed first), or a record
-written through the new import that its version cannot take (another schema).
+written through the new import that its version cannot take (another schema). A log emptied, cut back or replaced
+by hand under the loaded version (it holds fewer writes than the worker read, and no version holds the others) is
+read again from its start, as the disk now holds it: the worker answers as a load would, and writes follow the log's
+last record.
 
 A shard served alone knows its place in its sharded table as its version was loaded (``Table.place``): it refuses a
 write of an id another shard owns (``service.writes.check_owned``), which would otherwise sit in the wrong shard's log.
@@ -46,6 +49,7 @@ from index.errors import InvalidQuery, counted
 from service.errors import ApiError
 
 T = TypeVar("T")
+Reader = Callable[[int, int, int | None], tuple[list[store.Record], int, int]]  # (start, previous, inode) -> read_new's
 log = logging.getLogger(__name__)
 _LIVE: weakref.WeakKeyDictionary[Table, Live] = weakref.WeakKeyDictionary()
 _SHARDED: weakref.WeakKeyDictionary[Table, Sharded] = weakref.WeakKeyDictionary()
@@ -72,6 +76,7 @@ class Live:
         files: object = None,
         name: str = "",
         place: ShardPlace | None = None,
+        loaded: tuple[int, int] | None = None,
     ) -> None:
         self.name = name or directory.name  # the table's, as the registry serves it (a shard's: its sharded table's)
         self.path = path
@@ -82,10 +87,12 @@ class Live:
         self.inode: int | None = None  # of the log file read (a compaction replaces it with a shorter one)
         self.behind = 0  # the sequence a newer version holds that the log no longer gives this worker (0: none)
         self.place = place  # of a shard, its version's: the ids it owns are the only ones it takes
+        self.loaded = loaded  # the directory of the version loaded (``Table.identity``), while in the table's place
 
     def refresh(self) -> Delta:
         """The delta with every record the log holds now applied (a stat when nothing was written). It is the state's
-        one delta, never replaced, and applied to under the lock: its readers read it under the lock too."""
+        one delta, applied to under the lock (its readers read it under the lock too), replaced only by a new one
+        when the log is read again from its start (``_read_on``)."""
         self._check_behind()
         try:
             found = os.stat(self.path)
@@ -93,15 +100,7 @@ class Live:
             return self.delta
         if found.st_size != self.delta.offset or found.st_ino != self.inode:
             with self.lock:
-                inode, before = self.inode, self.delta.seq
-                try:
-                    records, offset, new_inode = store.read_new(self.path, self.delta.offset, self.delta.last, inode)
-                except (store.LogCorrupt, store.LogMismatch) as exc:
-                    raise self._refused(exc) from None
-                self._apply(records)
-                self.delta.offset, self.inode = offset, new_inode
-                if self.inode != inode:  # another file: a cut since the last read
-                    self._check_reach(before, records)
+                self._read_on(lambda start, previous, inode: store.read_new(self.path, start, previous, inode))
         self._check_behind()
         return self.delta
 
@@ -123,20 +122,67 @@ class Live:
         state caught up with it: a record appended now follows every one written."""
         self._check_behind()
         with self.lock, store.appending(self.path, sync) as log:
-            before = self.delta.seq
-            try:
-                records, offset = log.new_records(self.delta.offset, self.delta.last, self.inode)
-            except (store.LogCorrupt, store.LogMismatch) as exc:
-                raise self._refused(exc) from None
-            self._apply(records)
-            cut = log.inode != self.inode  # another log file: a compaction cut the log after it published
-            self.delta.offset, self.inode = offset, log.inode
             self._check_there(log)
-            if cut:
-                self._check_reach(before, records)
+            self._read_on(lambda start, previous, inode: (*log.new_records(start, previous, inode), log.inode))
             self._check_behind()
             self._check_lineage(log)
             yield log
+
+    def _read_on(self, read: Reader) -> None:
+        """Under the lock: apply what the log holds beyond what this state read, ``read(start, previous, inode)``
+        giving it (``store.read_new``'s answer). Another file (a compaction's cut) must reach on from the last
+        write read (``_check_reach``). A log that no longer holds writes this state read as it read them, which no
+        version holds either (emptied, cut back or replaced by hand while the version stays; written again since,
+        past where this state stopped, so that no record starts there), is read again from its start."""
+        before, inode = self.delta.seq, self.inode
+        try:
+            found = os.stat(self.path)
+            same, shorter = found.st_ino == inode, found.st_size < self.delta.offset  # the file read; cut back?
+        except FileNotFoundError:
+            same = shorter = False
+        if same and shorter and self._read_again(read, inode, before):
+            return
+        try:
+            records, offset, new_inode = read(self.delta.offset, self.delta.last, inode)
+        except (store.LogCorrupt, store.LogMismatch) as exc:  # damage, or no record where this state stopped
+            if same and self._read_again(read, inode, before):
+                return
+            raise self._refused(exc) from None
+        self._apply(records)
+        self.delta.offset, self.inode = offset, new_inode
+        if new_inode == inode:
+            return
+        held = max(records[-1].seq if records else 0, self.delta.covered)  # what the log and the version hold
+        if held < before and self._read_again(read, new_inode, before):
+            return
+        self._check_reach(before, records)
+
+    def _read_again(self, read: Reader, inode: int | None, before: int) -> bool:
+        """The log (file ``inode``) read again from its start into a new delta over the loaded version, as a load
+        replays it: the log no longer holds every write this state read (up to ``before``). False, nothing read,
+        when another directory is in the table's place (a compaction's version, an import, none): the load of what
+        is there catches up (``_check_reach``, ``_check_lineage``)."""
+        if store.directory_identity(self.directory) != self.loaded:
+            return False
+        old = self.delta
+        delta = Delta(old.payload, old.rows, old.dim, old.covered)
+        try:
+            records, offset, inode = read(0, 0, inode)
+            delta.replay(records)
+        except (store.LogCorrupt, store.LogMismatch) as exc:
+            raise self._refused(exc) from None
+        delta.offset = offset
+        log.warning(
+            "table %r: write log %s no longer holds the writes this worker read as it read them (up to sequence %d), "
+            "nor does its version: emptied, cut back or replaced by hand; read again from its start (the writes up "
+            "to sequence %d)",
+            self.directory.name,
+            self.path.name,
+            before,
+            delta.seq,
+        )
+        self.delta, self.inode = delta, inode
+        return True
 
     def _check_there(self, log: store.Appender) -> None:
         """The 404 of a write to a table removed from the data directory while this worker still serves it
@@ -255,7 +301,7 @@ def _attach(table: Table, directory: Path, name: str = "") -> Live:
             counted(len(delta.documents), "document"),
             counted(int(delta.deleted.sum()), "row"),
         )
-    live = Live(delta, path, directory, table.manifest.get("files"), name, table.place)
+    live = Live(delta, path, directory, table.manifest.get("files"), name, table.place, table.identity)
     live.inode = inode
     with _LOCK:
         _LIVE[table] = live

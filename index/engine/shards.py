@@ -41,6 +41,7 @@ from index.engine.table import (
     Table,
     VectorSearch,
     check_page,
+    one_version,
 )
 from index.errors import ArtifactError, InvalidQuery, counted
 from index.store import artifact, shardmap
@@ -422,8 +423,13 @@ class ShardedTable(Table):
     @classmethod
     def load(cls, directory: Path, checksums: bool = True) -> ShardedTable:
         """Every shard of the sharded table in ``directory`` (each checked as ``Table.load`` checks a table), the
-        whole table's keyword statistics read once for all of them."""
+        whole table's keyword statistics read once for all of them; one version whole, however many are published
+        meanwhile (``one_version``)."""
         directory = Path(directory)
+        return one_version(directory, lambda: cls._load_shards(directory, checksums))
+
+    @classmethod
+    def _load_shards(cls, directory: Path, checksums: bool) -> ShardedTable:
         result = shardmap.verify(directory, checksums)
         if not result.ok:
             raise ArtifactError(f"table {directory.name!r} disagrees with its manifest: " + "; ".join(result.problems))

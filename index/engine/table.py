@@ -169,6 +169,32 @@ Search = VectorSearch | AnalogySearch
 Answers = list[list[Neighbor]]  # per query, its hits best first
 
 
+LOAD_ATTEMPTS = 3  # of a load that versions published under the table's name meanwhile make load again
+Loaded = TypeVar("Loaded")
+
+
+def one_version(directory: Path, load: Callable[[], Loaded]) -> Loaded:
+    """``load()`` of the table at ``directory``, which reads its files by their paths one after another: a version
+    published under its name meanwhile (its directory exchanged, the older one deleted) would pair the manifest of
+    one version with files of the other, or fail midway. So the directory there is the same one before and after
+    ``load()``, or it is loaded again, the newer version whole; :class:`ArtifactError` when a version was published
+    during each of ``LOAD_ATTEMPTS`` loads."""
+    for _ in range(LOAD_ATTEMPTS):
+        there = artifact.directory_identity(directory)
+        try:
+            loaded = load()
+        except Exception:  # whatever failed, it failed on a version since replaced: loaded again
+            if artifact.directory_identity(directory) == there:
+                raise
+            continue
+        if artifact.directory_identity(directory) == there:
+            return loaded
+    raise ArtifactError(
+        f"table {directory.name!r}: a new version was published during each of its {LOAD_ATTEMPTS} loads; load it "
+        "again once it is published less often"
+    )
+
+
 def read_later(manifest: dict[str, Any]) -> list[str]:
     """The files of a table's version read after its load, when first asked for: its tokenizer, its token weights,
     its transformer's graph and its SIF component (those it has)."""
@@ -218,6 +244,9 @@ class Table:
         self.keyword = keyword  # a documents table's BM25 index of its text (None: no text)
         self.in_whole = in_whole  # a shard's: each row's row in its whole table (None: not a shard)
         self.place = place  # a shard's place in its sharded table, as loaded (None: not a shard)
+        # The directory loaded (device, inode; one_version checks it is the same after the load as before): another
+        # is in its place once a version is published there
+        self.identity = artifact.directory_identity(directory)
         self._filters: OrderedDict[str, RowSet] = OrderedDict()
         self._filters_lock = threading.Lock()
         self._derived: dict[str, Any] = {}  # what callers derive from the table's files (see cached)
@@ -244,8 +273,15 @@ class Table:
         place: shardmap.Place | None = None,
     ) -> Table:
         """:meth:`load`, given a shard's whole table's keyword statistics (``whole``: ``KeywordIndex.open`` reads
-        them otherwise) and its ``place`` when the loader of its sharded table read them already."""
+        them otherwise) and its ``place`` when the loader of its sharded table read them already; one version whole,
+        however many are published meanwhile (:func:`one_version`)."""
         directory = Path(directory)
+        return one_version(directory, lambda: cls._load_once(directory, checksums, whole, place))
+
+    @classmethod
+    def _load_once(
+        cls, directory: Path, checksums: bool, whole: shardmap.WholeKeyword | None, place: shardmap.Place | None
+    ) -> Table:
         manifest = artifact.read_manifest(directory)
         if moved := artifact.column_major(directory, manifest):  # not a disagreement with the manifest
             raise ArtifactError(f"table {directory.name!r}: {moved}")

@@ -9,7 +9,16 @@ themselves, never this face (which imports them).
 """
 
 from index.progress import read_status, write_status
-from index.store.artifact import MANIFEST, NAME_PATTERN, check_name, list_tables, read_manifest, recover, table_dir
+from index.store.artifact import (
+    MANIFEST,
+    NAME_PATTERN,
+    check_name,
+    directory_identity,
+    list_tables,
+    read_manifest,
+    recover,
+    table_dir,
+)
 from index.store.writelog import (
     COMPACTION_WAIT_SECONDS,
     Appender,
@@ -39,6 +48,7 @@ __all__ = [
     "Record",
     "appending",
     "check_name",
+    "directory_identity",
     "list_tables",
     "log_owner",
     "log_path",

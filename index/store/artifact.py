@@ -556,6 +556,16 @@ def sif_file(info: dict[str, Any]) -> str:
     return str(info.get("file", SIF_COMPONENT))
 
 
+def directory_identity(directory: Path) -> tuple[int, int] | None:
+    """The directory at ``directory`` (device, inode): every version published in a table's place is another one
+    (exchanged, or renamed in); None: there is none (removed, or between a publisher's two renames)."""
+    try:
+        found = os.stat(directory)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 class Opened:
     """Files of a loaded version that are read after its load (a tokenizer, a model graph), opened at the load and
     read later through their descriptors: a version published under the table's name since then (its directory

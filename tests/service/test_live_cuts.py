@@ -210,3 +210,22 @@ def test_a_log_replayed_at_load_says_so_before_and_after(
     assert before.startswith("table 'lee': write log lee.log: replaying ") and before.endswith(" MiB of writes ...")
     assert after.startswith("table 'lee': write log lee.log: 4 records replayed in ")
     assert after.endswith("s: 2 documents written, 1 row of the version deleted or replaced")
+
+
+def test_a_worker_behind_a_log_emptied_by_hand_and_written_past_where_it_read_reads_it_again(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """Two workers read writes 1 to 3; the log is emptied by hand, and another worker writes 6 documents into it
+    from sequence 1, past the byte where the idle worker stopped reading. That byte starts no record of the log now:
+    the idle worker reads the log again from its start, as the disk holds it, rather than answer 503 for damage
+    that is not there, or hold the writes emptied away."""
+    data, path = lee_with_log(lee_data_dir, tmp_path)
+    idle = attached(data)
+    append(path, lee_docs, 0, 3)  # 1..3: k/0..k/2
+    assert written(idle, 3) == [True] * 3
+    read = idle.delta.offset
+    path.write_bytes(b"")
+    append(path, lee_docs, 10, 6)  # 1..6: k/10..k/15
+    assert path.stat().st_size > read and read not in [record.offset for record in recovered(path)]
+    assert written(idle, 16) == [False] * 10 + [True] * 6
+    assert idle.delta.seq == 6

@@ -567,3 +567,43 @@ def test_a_compaction_whose_cut_finds_the_disk_full_says_it_published(
     assert run_cli("verify", "lee", "--data-dir", data).code == 0
     assert run_cli("compact", "lee", "--data-dir", data).code == 0
     assert recovered(path) == []
+
+
+@pytest.mark.parametrize("how", ["truncated", "cut back", "replaced"])
+def test_a_log_emptied_by_hand_is_read_again_from_its_start(
+    lee_data_dir: Path, tmp_path: Path, lee_docs: Lee, how: str
+) -> None:
+    """Three writes, then the log truncated to nothing, cut back after its first record, or replaced by an empty
+    file, the version left as it is: the server answers as the log now says (the writes cut away gone, the one kept
+    there), without a 503, and numbers the next write after the log's last record, so that the log replays cleanly
+    at the next start (a write numbered after the ones cut away would leave a gap that refuses the table)."""
+    data = tmp_path / "data"
+    path = writelog.log_path(data, "lee")
+    kept = 1 if how == "cut back" else 0
+
+    def shown(server: real_server.Server, count: int) -> list[int]:
+        url = f"{server.base}/v1/tables/lee/documents"
+        return [real_server.HTTP.get(f"{url}/d{i}", headers=HEADERS).status_code for i in range(count)]
+
+    with served_unwatched(lee_data_dir, data, lee_docs) as (server, write):
+        assert [write(i).status_code for i in range(3)] == [200] * 3
+        if how == "truncated":
+            os.truncate(path, 0)
+        elif how == "cut back":
+            os.truncate(path, recovered(path)[0].end)
+        else:
+            path.unlink()
+            path.touch()
+        summary = real_server.HTTP.get(f"{server.base}/v1/tables/lee")
+        assert summary.status_code == 200, summary.text
+        assert summary.json()["writes"]["sequence"] == kept
+        assert shown(server, 3) == [200] * kept + [404] * (3 - kept)
+        again = write(3)
+        assert again.status_code == 200, again.text
+        assert again.json()["sequence"] == kept + 1
+        assert [record.seq for record in recovered(path)] == list(range(1, kept + 2))
+        assert shown(server, 4) == [200] * kept + [404] * (3 - kept) + [200]
+        assert "read again from its start" in server.log()
+    with real_server.running(data, tmp_path / "again.log", env={"EMBEDDING_WRITE_KEYS": KEY}) as server:
+        assert ready(server) == 200, server.log()[-2000:]
+        assert shown(server, 4) == [200] * kept + [404] * (3 - kept) + [200]

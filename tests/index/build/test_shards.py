@@ -130,6 +130,18 @@ def test_a_shard_keeps_the_whole_rows_of_its_own_version_once_a_compaction_publi
     np.testing.assert_array_equal(door.whole_rows(loaded), before)
 
 
+def imported_again(directory: Path) -> None:
+    """The sharded table at ``directory`` imported again (its files linked, another import's identity), published
+    over it."""
+    again = directory.with_name(".tmp-again")
+    shutil.copytree(directory, again, copy_function=os.link)
+    manifest = json.loads((again / artifact.MANIFEST).read_text())
+    manifest["shards"][shardmap.IMPORT] = "imported-again"
+    (again / artifact.MANIFEST).unlink()  # a link to the loaded version's
+    (again / artifact.MANIFEST).write_text(json.dumps(manifest))
+    artifact.publish(again, directory)
+
+
 def test_a_shard_keeps_the_place_of_its_own_version_once_its_table_is_imported_again(
     tmp_path: Path, data_dir: Path
 ) -> None:
@@ -139,13 +151,7 @@ def test_a_shard_keeps_the_place_of_its_own_version_once_its_table_is_imported_a
     shard = data / "lee3" / shardmap.shard_name(0)
     loaded = Table.load(shard, checksums=False)
     mine = artifact.read_manifest(data / "lee3")["shards"][shardmap.IMPORT]
-    again = data / ".tmp-again"  # the sharded table imported again: another import, published over it
-    shutil.copytree(data / "lee3", again, copy_function=os.link)
-    manifest = json.loads((again / artifact.MANIFEST).read_text())
-    manifest["shards"][shardmap.IMPORT] = "imported-again"
-    (again / artifact.MANIFEST).unlink()  # a link to the loaded version's
-    (again / artifact.MANIFEST).write_text(json.dumps(manifest))
-    artifact.publish(again, data / "lee3")
+    imported_again(data / "lee3")
     now = shardmap.place(shard)
     assert now is not None and now.identity == "imported-again"
     assert loaded.place is not None and loaded.place.identity == mine
@@ -626,3 +632,28 @@ def test_a_sharded_table_answers_the_doors_batch_as_the_whole_table(
         else:
             equal_up_to_ties(mine.hits, theirs.hits, whole.vectors)  # type: ignore[arg-type]
     assert sum(isinstance(answer, Failed) for answer in got) == 1
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_a_sharded_table_imported_again_while_it_loads_is_loaded_whole(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch, shard: int
+) -> None:
+    """The sharded table imported again (published over it) just before its load loads shard ``shard``: the load
+    answers the new import whole, its map's identity the one every shard knows as its place, never the map of one
+    import with shards of the other."""
+    data = tmp_path / "data"
+    shutil.copytree(data_dir / "lee3", data / "lee3", copy_function=os.link)
+    load_with, loads = Table.load_with, 0
+
+    def shard_loaded(directory: Path, *args: Any) -> Table:
+        nonlocal loads
+        loads += 1
+        if loads == shard + 1:
+            imported_again(data / "lee3")
+        return load_with(directory, *args)
+
+    monkeypatch.setattr(Table, "load_with", shard_loaded)
+    table = ShardedTable.load(data / "lee3", checksums=False)
+    assert table.manifest["shards"][shardmap.IMPORT] == "imported-again"
+    assert [part.place.identity if part.place else None for part in table.shards] == ["imported-again"] * SHARDS
+    assert loads > SHARDS  # the publish came in the middle of the load, which loaded the shards again

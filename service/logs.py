@@ -154,15 +154,27 @@ def spawn(command: list[str], env: Mapping[str, str] | None = None) -> subproces
     )
 
 
+# The most of a child's line one log line holds: a longer one (a native library's output without a newline) is read
+# and logged in pieces of this many characters, so that the server holds no more of it at once, and logs it as it
+# comes. A piece of ASCII fits a log driver's 16 KiB line (Docker's, containerd's) with room to spare.
+LINE_CHARS = 8192
+
+
 def relay(child: subprocess.Popen[str], log: logging.Logger, name: str, stopping: Callable[[], bool]) -> str:
     """Each line of a child process of the server (a background index build, a compaction; stderr joined to its
     stdout) logged as table ``name``'s as it comes, its progress every few seconds among them, until the server
-    stops it; returns the last line, for :func:`child_ended`."""
-    last = ""
-    for line in child.stdout or ():
-        last = line.rstrip()
-        if not stopping():  # then its last line is of the stop the server says
-            log.info("table %r: %s", name, last.removeprefix("embedding-index: "))
+    stops it; a line longer than ``LINE_CHARS`` in pieces of that many characters, each logged once read. Returns
+    the last line (its first piece, when long), for :func:`child_ended`."""
+    last, starts = "", True  # starts: the piece read next begins a line
+    while child.stdout is not None and (piece := child.stdout.readline(LINE_CHARS)):
+        ends = piece.endswith("\n")
+        text = piece.rstrip() if ends else piece
+        if starts:
+            last, text = text, text.removeprefix("embedding-index: ")
+        # not the bare end of a line its last piece filled; nor a line once the server stops (it says the stop)
+        if (starts or text) and not stopping():
+            log.info("table %r: %s", name, text)
+        starts = ends
     return last
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from urllib.parse import quote, unquote, unquote_plus
 
 import orjson
 
+from index.progress import SERVER_VARIABLE
 from service.settings import without_passwords
 
 # The X-Request-ID of the request being handled, when it sent a valid one (service.http.request_id): every line
@@ -143,14 +145,16 @@ def cannot_look(exc: OSError) -> str:
 def spawn(command: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
     """A child process of the server whose lines :func:`relay` logs: stderr joined to stdout, read as UTF-8 with a
     byte that is none written as its escape (``\\xe9``: a native library's message in Latin-1, a character cut by
-    the child's end), so that no line of the child's stops the relay or is lost."""
+    the child's end), so that no line of the child's stops the relay or is lost. The child (``embedding-index``) is
+    told the server's pid, and ends as the server dies, even killed outright (``index.progress.stop_with_parent``):
+    the calling thread must wait for it, as :func:`relay` does."""
     return subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         encoding="utf-8",
         errors="backslashreplace",
-        env=env,
+        env={**(os.environ if env is None else env), SERVER_VARIABLE: str(os.getpid())},
     )
 
 

@@ -3,6 +3,7 @@ in by the real ``embedding-serve``, with the build's progress on /readyz and the
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -168,22 +169,7 @@ def test_ctrl_c_on_the_servers_terminal_ends_the_build_as_the_server_says(tmp_pa
     assert artifact.read_manifest(data_dir / "words")["index"]["spec"]["kind"] == "flat"  # its version as published
 
 
-# The part of embedding-serve that builds deferred indexes (service.indexing), in a process of its own: a child
-# started by its thread, as the server's, whose lines are read by that thread. The child is --quiet: it writes no
-# line (as in a long step between two), so that only its parent's death can stop it, not a line nobody reads
-# (index.progress.unread).
-BUILDS = r"""
-import sys
-from pathlib import Path
-from service import indexing, logs
-
-def quiet(command, env=None):
-    return logs.spawn([*command[:3], "--quiet", *command[3:]], env)
-
-indexing.spawn = quiet
-indexing.start(Path(sys.argv[1]), None, 0).join()
-"""
-# The same build run by hand (from a terminal, a script): a process that starts embedding-index by itself.
+# A build run by hand (from a terminal, a script): a process that starts embedding-index by itself.
 BY_HAND = r"""
 import subprocess, sys
 data_dir, status = sys.argv[1:]
@@ -195,64 +181,6 @@ child.wait()
 LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child ends with its parent on Linux only")
 
 
-def children(pid: int) -> list[int]:
-    """The child processes of ``pid`` (any of its threads')."""
-    try:
-        return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
-    except OSError:  # it ended meanwhile
-        return []
-
-
-def running(pid: int, data_dir: Path) -> bool:
-    """Whether process ``pid`` is a build over ``data_dir`` that has not ended (an ended one is a zombie until it is
-    reaped)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return str(data_dir).encode() in argv and state != "Z"
-
-
-def kill_build(pid: int, data_dir: Path) -> None:
-    """End a build a failed test left running."""
-    if running(pid, data_dir):
-        os.kill(pid, signal.SIGKILL)
-
-
-@LINUX
-def test_a_build_of_a_server_killed_outright_ends_and_publishes_nothing(tmp_path: Path, glove_raw: RawTable) -> None:
-    """The server killed outright (kill -9, the OOM killer) while its child built an index: the child built on with
-    nobody to read its lines, on the server's cores, and published a version no server was there to load. It is
-    sent SIGTERM as the server dies, taken as an interrupt: it ends, its temporary folder removed."""
-    data_dir = tmp_path / "data"
-    raw = RawTable(tokens=glove_raw.tokens[:100_000], matrix=glove_raw.matrix[:100_000].copy())
-    spec = "hnsw:M=32,efConstruction=200"  # a build of tens of seconds, its server killed as soon as it runs
-    build_table(raw, data_dir=data_dir, name="words", source={"format": "test"}, index_spec=spec, defer_index=True)
-    (tmp_path / "tmp").mkdir()  # the builds' status folder, which a process killed outright leaves behind
-    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
-    server = subprocess.Popen([sys.executable, "-c", BUILDS, str(data_dir)], env=env)
-    child = 0
-    try:
-
-        def at_work() -> bool:
-            nonlocal child
-            assert server.poll() is None, server.returncode
-            child = next(iter(children(server.pid)), 0)
-            status = next((tmp_path / "tmp").glob("*/words.json"), None)
-            return bool(child) and status is not None and (read_status(status) or {}).get("state") == "running"
-
-        real_server.wait_for(at_work, seconds=120, what="the background build to run")
-        server.kill()
-        server.wait()
-        real_server.wait_for(lambda: not running(child, data_dir), seconds=60, what="the build to end with its server")
-    finally:
-        server.kill()
-        kill_build(child, data_dir)
-    assert [path.name for path in data_dir.iterdir()] == ["words"]  # no temporary folder left
-    assert artifact.read_manifest(data_dir / "words")["index"]["spec"]["kind"] == "flat"  # its version as published
-
-
 def state(pid: int) -> str:
     """The state of process ``pid`` (R, S, T: stopped, Z: ended), "" once it is reaped."""
     try:
@@ -261,35 +189,93 @@ def state(pid: int) -> str:
         return ""
 
 
-def pending(pid: int) -> int:
-    """The signals sent to process ``pid`` that it has not taken yet (a mask: bit n - 1 for signal n)."""
-    lines = dict(line.split(":\t") for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
-    return int(lines["SigPnd"], 16) | int(lines["ShdPnd"], 16)
+def running(pid: int, data_dir: Path) -> bool:
+    """Whether process ``pid`` is a build over ``data_dir`` that has not ended (an ended one is a zombie until it is
+    reaped)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(data_dir).encode() in argv and state(pid) not in ("Z", "")
+
+
+def background_child(pid: int) -> int | None:
+    """The background build process ``pid`` started, if it runs (a supervisor's workers are its children too)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):
+                if b"--background" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0"):
+                    return int(child)
+    return None
+
+
+def orphaned(parent: subprocess.Popen[Any], child: int) -> bool:
+    """Kill ``parent`` outright while its ``child`` is stopped (SIGSTOP), so that a signal sent to the child as its
+    parent dies waits, pending, where it can be seen; whether that was SIGTERM. The child goes on once continued."""
+    os.kill(child, signal.SIGSTOP)
+    real_server.wait_for(lambda: state(child) in ("T", "Z", ""), seconds=60, what="the build to stop")
+    assert state(child) == "T", "the build ended before the test could stop it"
+    parent.kill()
+    parent.wait(timeout=60)  # every thread of it ended, the one that started the child too
+    status = dict(line.split(":\t") for line in Path(f"/proc/{child}/status").read_text().splitlines() if ":\t" in line)
+    return bool((int(status["SigPnd"], 16) | int(status["ShdPnd"], 16)) & (1 << (signal.SIGTERM - 1)))
+
+
+def kill_build(pid: int | None, data_dir: Path) -> None:
+    """End a build a failed test left running."""
+    if pid is not None and running(pid, data_dir):
+        os.kill(pid, signal.SIGKILL)
+
+
+@LINUX
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_build_of_a_server_killed_outright_ends_and_publishes_nothing(
+    deferred_dir: Path, tmp_path: Path, workers: str
+) -> None:
+    """The server (or the supervisor of its workers, which runs the builds) killed outright while its child built
+    an index: the child built on until one of its lines found nobody to read it, for the whole build if it wrote
+    none, with the server's cores, and published a version no server was there to load. It is sent SIGTERM as the
+    server dies, which it takes as an interrupt: it ends, its temporary folder removed, and publishes nothing."""
+    env = {"EMBEDDING_VERIFY_CHECKSUMS": "false", "TMPDIR": str(tmp_path)}  # its status folder, left by the kill
+    server = real_server.start(deferred_dir, tmp_path / "server.log", "--workers", workers, env=env)
+    child = None
+    try:
+
+        def at_work() -> bool:
+            nonlocal child
+            status = HTTP.get(f"{server.base}/readyz", timeout=10).json().get("building", {}).get("words", {})
+            child = background_child(server.process.pid)
+            return status.get("state") == "running" and child is not None
+
+        real_server.wait_for(at_work, seconds=240, what="the background build to run")
+        assert child is not None
+        assert orphaned(server.process, child), "the build was sent no SIGTERM as its server died"
+        os.kill(child, signal.SIGCONT)
+        real_server.wait_for(lambda: not running(child, deferred_dir), seconds=300, what="the build to end")
+    finally:
+        server.stop()
+        kill_build(child, deferred_dir)
+    assert not list(deferred_dir.glob(".tmp-*"))  # no temporary folder left
+    assert artifact.read_manifest(deferred_dir / "words")["index"].get("deferred")  # its version as published
 
 
 @LINUX
 def test_a_build_run_by_hand_goes_on_when_the_process_that_ran_it_ends(deferred_dir: Path, tmp_path: Path) -> None:
     """Only a server's own child ends with it: a build started otherwise is sent nothing as the process that
-    started it ends, and publishes its index. It is stopped (SIGSTOP) while that process ends, so that a signal
-    sent then waits, pending, where the test sees it."""
+    started it ends, and publishes its index."""
     status = tmp_path / "words.json"
     starter = subprocess.Popen(
         [sys.executable, "-c", BY_HAND, str(deferred_dir), str(status)], stdout=subprocess.PIPE, text=True
     )
-    child = 0
+    child = None
     try:
         assert starter.stdout is not None
         child = int(starter.stdout.readline())
-        real_server.wait_for(lambda: (read_status(status) or {}).get("state") == "running", 120, "the build to run")
-        os.kill(child, signal.SIGSTOP)
-        real_server.wait_for(lambda: state(child) in ("T", "Z", ""), seconds=60, what="the build to stop")
-        assert state(child) == "T", "the build ended before the test could stop it"
-        starter.kill()
-        starter.wait()
-        assert not pending(child) & (1 << (signal.SIGTERM - 1)), "the build was sent SIGTERM as its parent ended"
+        real_server.wait_for(lambda: (read_status(status) or {}).get("state") == "running", 240, "the build to run")
+        assert not orphaned(starter, child), "the build was sent SIGTERM as its parent ended"
         assert artifact.read_manifest(deferred_dir / "words")["index"].get("deferred")  # still to build
         os.kill(child, signal.SIGCONT)
-        real_server.wait_for(lambda: not running(child, deferred_dir), seconds=240, what="the build to end")
+        real_server.wait_for(lambda: not running(child, deferred_dir), seconds=300, what="the build to end")
         assert artifact.read_manifest(deferred_dir / "words")["index"]["spec"]["kind"] == "hnsw"
     finally:
         starter.kill()

@@ -17,7 +17,8 @@ closed terminal) is dropped, from a step's clock as from the builder's own threa
 what a build is run for, and its progress is no reason to throw the table away (a bar is tqdm's, which stops
 drawing so). The server's background child (``configure(background=True)``) stops instead, as the server's SIGTERM
 stops it: its reader is the server, which reads no more only once it is gone (killed outright), and the next
-start builds again.
+start builds again. It is sent that SIGTERM as its server dies, too, whether or not it writes a line then
+(:func:`stop_with_parent`, on Linux).
 """
 
 from __future__ import annotations
@@ -124,6 +125,26 @@ def stop(signum: int, frame: FrameType | None) -> NoReturn:
     the cleanup short."""
     CONFIG.stopping = True
     raise KeyboardInterrupt
+
+
+# Set by embedding-serve in the environment of the children it starts (service.logs.spawn): its process id.
+SERVER_VARIABLE = "EMBEDDING_INDEX_SERVER_PID"
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent thread exits
+
+
+def stop_with_parent(parent: int) -> None:
+    """SIGTERM to this process when its parent ``parent`` dies, even killed outright; at once if it died already
+    (this process then another's child). The parent is the thread that started this process: it must wait for it,
+    as the server's threads that start its children do. Linux alone has it (prctl's PR_SET_PDEATHSIG): elsewhere
+    nothing changes, and a child outlives a parent killed outright."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def record(**facts: Any) -> None:

@@ -17,8 +17,9 @@ refused because every one of its documents is deleted is refused so until it is 
 published): it is tried again after its next write only, and said as a warning.
 Each is counted in ``/metrics`` by table and outcome, with the time
 of each table's last success (``service.http.metrics``). A server that stops ends its compaction (the next start
-compacts the table again); a Ctrl-C on its terminal is the server's alone (the child, ``--background``, ignores it),
-so the stop is said once, by the server, as its index build's is (``service.indexing``).
+compacts the table again), and so does one killed outright, on Linux (``service.logs.spawn``); a Ctrl-C on its
+terminal is the server's alone (the child, ``--background``, ignores it), so the stop is said once, by the server,
+as its index build's is (``service.indexing``).
 """
 
 from __future__ import annotations

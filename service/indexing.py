@@ -10,8 +10,9 @@ SIGHUP and reloads it (``service.reload``): exact answers until then, approximat
 progress in a status file per table, which ``/readyz`` and ``GET /v1/tables`` show as ``building``, and its lines
 in the server's log as they come (``service.logs.relay``). A failed
 build is logged and the table keeps its exact search until it is published again. A server that stops ends its
-build (the next start builds it again); a Ctrl-C on its terminal is the server's alone (the child, ``--background``,
-ignores it), so the stop is said once, by the server.
+build (the next start builds it again), and so does one killed outright, on Linux (``service.logs.spawn``); a Ctrl-C
+on its terminal is the server's alone (the child, ``--background``, ignores it), so the stop is said once, by the
+server.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from urllib.parse import quote, unquote, unquote_plus
 
 import orjson
 
+from index.progress import SERVER_VARIABLE
 from service.settings import without_passwords
 
 # The X-Request-ID of the request being handled, when it sent a valid one (service.http.request_id): every line
@@ -143,26 +145,40 @@ def cannot_look(exc: OSError) -> str:
 def spawn(command: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
     """A child process of the server whose lines :func:`relay` logs: stderr joined to stdout, read as UTF-8 with a
     byte that is none written as its escape (``\\xe9``: a native library's message in Latin-1, a character cut by
-    the child's end), so that no line of the child's stops the relay or is lost."""
+    the child's end), so that no line of the child's stops the relay or is lost. The child (``embedding-index``) is
+    told the server's pid, and ends as the server dies, even killed outright (``index.progress.stop_with_parent``):
+    the calling thread must wait for it, as :func:`relay` does."""
     return subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         encoding="utf-8",
         errors="backslashreplace",
-        env=env,
+        env={**(os.environ if env is None else env), SERVER_VARIABLE: str(os.getpid())},
     )
+
+
+# The most of a child's line one log line holds: a longer one (a native library's output without a newline) is read
+# and logged in pieces of this many characters, so that the server holds no more of it at once, and logs it as it
+# comes. A piece of ASCII fits a log driver's 16 KiB line (Docker's, containerd's) with room to spare.
+LINE_CHARS = 8192
 
 
 def relay(child: subprocess.Popen[str], log: logging.Logger, name: str, stopping: Callable[[], bool]) -> str:
     """Each line of a child process of the server (a background index build, a compaction; stderr joined to its
     stdout) logged as table ``name``'s as it comes, its progress every few seconds among them, until the server
-    stops it; returns the last line, for :func:`child_ended`."""
-    last = ""
-    for line in child.stdout or ():
-        last = line.rstrip()
-        if not stopping():  # then its last line is of the stop the server says
-            log.info("table %r: %s", name, last.removeprefix("embedding-index: "))
+    stops it; a line longer than ``LINE_CHARS`` in pieces of that many characters, each logged once read. Returns
+    the last line (its first piece, when long), for :func:`child_ended`."""
+    last, starts = "", True  # starts: the piece read next begins a line
+    while child.stdout is not None and (piece := child.stdout.readline(LINE_CHARS)):
+        ends = piece.endswith("\n")
+        text = piece.rstrip() if ends else piece
+        if starts:
+            last, text = text, text.removeprefix("embedding-index: ")
+        # not the bare end of a line its last piece filled; nor a line once the server stops (it says the stop)
+        if (starts or text) and not stopping():
+            log.info("table %r: %s", name, text)
+        starts = ends
     return last
 
 

@@ -9,20 +9,17 @@ over, and the workers stop with the supervisor however it ends.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import logging
 import os
 import signal
 import socket
-import sys
 from typing import Any
 
+from index.progress import stop_with_parent
 from service.main import APP, exit_at_once
 from service.restarts import RestartWaits
 from service.settings import SUPERVISOR_VARIABLE
-
-PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its parent thread exits
 
 # How long a worker may leave the supervisor's health check unanswered before it is killed as hung and replaced.
 # uvicorn's default kills workers that are only slow, e.g. starved of CPU on a loaded host or hashing a large
@@ -249,9 +246,4 @@ def stop_with_supervisor(supervisor: int) -> None:
     Until uvicorn takes SIGTERM over, it ends the worker at once, exit 0 (nothing served yet, nothing to drain):
     the handler inherited from the supervisor would only queue it where nothing reads it."""
     signal.signal(signal.SIGTERM, exit_at_once)
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != supervisor:  # it died before the line above
-        os.kill(os.getpid(), signal.SIGTERM)
+    stop_with_parent(supervisor)

@@ -101,12 +101,14 @@ def test_the_server_does_not_import_the_builder() -> None:
 
 
 # The modules of index that service/ imports, all its modules together: the engine through its one door, the
-# errors, the threads' setting (read before numpy loads), and the store through its face, the package (the data
-# directory's tables and build status files, and the write logs).
+# errors, the threads' setting (read before numpy loads), the end of a process with its parent (a worker's, a
+# background child's), and the store through its face, the package (the data directory's tables and build status
+# files, and the write logs).
 SERVICE_INDEX_MODULES = {
     "index.engine.door",
     "index.errors",
     "index.threads",
+    "index.progress",
     "index.store",
 }
 

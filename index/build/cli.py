@@ -189,7 +189,7 @@ def options(
             hidden=True,
             help="Run as embedding-serve's background build or compaction: a Ctrl-C on the server's terminal is left "
             "to the server, which stops this process itself with SIGTERM, taken as an interrupt; so does a server gone "
-            "(killed outright), once a line of this process's finds no reader.",
+            "(killed outright), as it dies (Linux) or once a line of this process's finds no reader.",
         ),
     ] = False,
 ) -> None:
@@ -204,6 +204,11 @@ def options(
         # The server's SIGTERM ends it as an interrupt would: its temporary folder removed, its locks let go (the
         # default ends the process at once, leaving the folder to the next start's recovery)
         signal.signal(signal.SIGTERM, progress.stop)
+    server = os.environ.pop(progress.SERVER_VARIABLE, None)  # not passed on to the processes this one starts
+    if server is not None:  # a server's child: SIGTERM when the server dies (a build run by hand goes on)
+        if not server.isdigit():
+            fail(f"{progress.SERVER_VARIABLE}={server!r}: not a process id (embedding-serve sets it for its children)")
+        progress.stop_with_parent(int(server))
 
 
 def _threads_variable() -> None:

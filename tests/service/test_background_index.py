@@ -3,11 +3,14 @@ in by the real ``embedding-serve``, with the build's progress on /readyz and the
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,7 +22,7 @@ import pytest
 from index import store
 from index.build.sources import RawTable
 from index.build.writer import build_table
-from index.progress import read_status, write_status
+from index.progress import SERVER_VARIABLE, read_status, write_status
 from index.store import artifact
 from service import compacting, indexing
 from tests.service import real_server
@@ -164,6 +167,139 @@ def test_ctrl_c_on_the_servers_terminal_ends_the_build_as_the_server_says(tmp_pa
     assert "table 'words': index build stopped with the server; the next start builds it" in log, log
     assert "interrupted" not in log, log
     assert artifact.read_manifest(data_dir / "words")["index"]["spec"]["kind"] == "flat"  # its version as published
+
+
+# A build run by hand (from a terminal, a script): a process that starts embedding-index by itself.
+BY_HAND = r"""
+import subprocess, sys
+data_dir, status = sys.argv[1:]
+command = [sys.executable, "-m", "index", "--status-file", status, "index", "words", "--data-dir", data_dir]
+child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(child.pid, flush=True)
+child.wait()
+"""
+LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child ends with its parent on Linux only")
+
+
+def state(pid: int) -> str:
+    """The state of process ``pid`` (R, S, T: stopped, Z: ended), "" once it is reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def running(pid: int, data_dir: Path) -> bool:
+    """Whether process ``pid`` is a build over ``data_dir`` that has not ended (an ended one is a zombie until it is
+    reaped)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(data_dir).encode() in argv and state(pid) not in ("Z", "")
+
+
+def background_child(pid: int) -> int | None:
+    """The background build process ``pid`` started, if it runs (a supervisor's workers are its children too)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):
+                if b"--background" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0"):
+                    return int(child)
+    return None
+
+
+def orphaned(parent: subprocess.Popen[Any], child: int) -> bool:
+    """Kill ``parent`` outright while its ``child`` is stopped (SIGSTOP), so that a signal sent to the child as its
+    parent dies waits, pending, where it can be seen; whether that was SIGTERM. The child goes on once continued."""
+    os.kill(child, signal.SIGSTOP)
+    real_server.wait_for(lambda: state(child) in ("T", "Z", ""), seconds=60, what="the build to stop")
+    assert state(child) == "T", "the build ended before the test could stop it"
+    parent.kill()
+    parent.wait(timeout=60)  # every thread of it ended, the one that started the child too
+    status = dict(line.split(":\t") for line in Path(f"/proc/{child}/status").read_text().splitlines() if ":\t" in line)
+    return bool((int(status["SigPnd"], 16) | int(status["ShdPnd"], 16)) & (1 << (signal.SIGTERM - 1)))
+
+
+def kill_build(pid: int | None, data_dir: Path) -> None:
+    """End a build a failed test left running."""
+    if pid is not None and running(pid, data_dir):
+        os.kill(pid, signal.SIGKILL)
+
+
+@LINUX
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_build_of_a_server_killed_outright_ends_and_publishes_nothing(
+    deferred_dir: Path, tmp_path: Path, workers: str
+) -> None:
+    """The server (or the supervisor of its workers, which runs the builds) killed outright while its child built
+    an index: the child built on until one of its lines found nobody to read it, for the whole build if it wrote
+    none, with the server's cores, and published a version no server was there to load. It is sent SIGTERM as the
+    server dies, which it takes as an interrupt: it ends, its temporary folder removed, and publishes nothing."""
+    env = {"EMBEDDING_VERIFY_CHECKSUMS": "false", "TMPDIR": str(tmp_path)}  # its status folder, left by the kill
+    server = real_server.start(deferred_dir, tmp_path / "server.log", "--workers", workers, env=env)
+    child = None
+    try:
+
+        def at_work() -> bool:
+            nonlocal child
+            status = HTTP.get(f"{server.base}/readyz", timeout=10).json().get("building", {}).get("words", {})
+            child = background_child(server.process.pid)
+            return status.get("state") == "running" and child is not None
+
+        real_server.wait_for(at_work, seconds=240, what="the background build to run")
+        assert child is not None
+        assert orphaned(server.process, child), "the build was sent no SIGTERM as its server died"
+        os.kill(child, signal.SIGCONT)
+        real_server.wait_for(lambda: not running(child, deferred_dir), seconds=300, what="the build to end")
+    finally:
+        server.stop()
+        kill_build(child, deferred_dir)
+    assert not list(deferred_dir.glob(".tmp-*"))  # no temporary folder left
+    assert artifact.read_manifest(deferred_dir / "words")["index"].get("deferred")  # its version as published
+
+
+@LINUX
+def test_a_build_run_by_hand_goes_on_when_the_process_that_ran_it_ends(deferred_dir: Path, tmp_path: Path) -> None:
+    """Only a server's own child ends with it: a build started otherwise is sent nothing as the process that
+    started it ends, and publishes its index."""
+    status = tmp_path / "words.json"
+    starter = subprocess.Popen(
+        [sys.executable, "-c", BY_HAND, str(deferred_dir), str(status)], stdout=subprocess.PIPE, text=True
+    )
+    child = None
+    try:
+        assert starter.stdout is not None
+        child = int(starter.stdout.readline())
+        real_server.wait_for(lambda: (read_status(status) or {}).get("state") == "running", 240, "the build to run")
+        assert not orphaned(starter, child), "the build was sent SIGTERM as its parent ended"
+        assert artifact.read_manifest(deferred_dir / "words")["index"].get("deferred")  # still to build
+        os.kill(child, signal.SIGCONT)
+        real_server.wait_for(lambda: not running(child, deferred_dir), seconds=300, what="the build to end")
+        assert artifact.read_manifest(deferred_dir / "words")["index"]["spec"]["kind"] == "hnsw"
+    finally:
+        starter.kill()
+        kill_build(child, deferred_dir)
+        if starter.stdout is not None:
+            starter.stdout.close()
+
+
+@LINUX
+def test_a_child_whose_server_died_before_it_started_ends_at_once(deferred_dir: Path) -> None:
+    """The server killed while its child starts, before the child asked to be told of its death: the child, whose
+    parent is then another process, ends at once as at the server's SIGTERM, and builds nothing. A value that is no
+    process id is refused."""
+    command = [sys.executable, "-m", "index", "--background", "index", "words", "--data-dir", str(deferred_dir)]
+    another = {**os.environ, SERVER_VARIABLE: str(os.getppid())}  # not the child's parent: this process is
+    ended = subprocess.run(command, env=another, capture_output=True, text=True, timeout=600)
+    assert ended.returncode == 130, ended.stderr
+    assert ended.stderr == "embedding-index: interrupted; no table was built or replaced\n"
+    assert artifact.read_manifest(deferred_dir / "words")["index"].get("deferred")
+    refused = subprocess.run(
+        command, env={**os.environ, SERVER_VARIABLE: "x"}, capture_output=True, text=True, timeout=600
+    )
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.startswith(f"embedding-index: error: {SERVER_VARIABLE}='x': not a process id"), refused.stderr
 
 
 def brute_force(raw: RawTable, word: str, rows: int = ROWS, k: int = 8) -> list[str]:

@@ -95,8 +95,8 @@ MESSAGE = "the request is not valid HTTP/1.1 (request line, headers or body fram
 HOST_MESSAGE = "a request must have at most one Host header, naming a host (name or address) and optionally a port"
 NO_HOST_MESSAGE = "an HTTP/1.1 request must have a Host header naming the server, e.g. Host: localhost:8000"
 METHOD_MESSAGE = (  # llhttp refuses a method it does not know and bytes that are not HTTP alike
-    "the request line does not begin with an HTTP method (methods are upper case: GET, HEAD, POST, DELETE), or the "
-    "request is not HTTP (a TLS client on this plain-HTTP port: use an http:// URL)"
+    "the request line does not begin with a known HTTP method in upper case (this server answers GET, HEAD, POST and "
+    "DELETE), or the request is not HTTP (a TLS client on this plain-HTTP port: use an http:// URL)"
 )
 CONNECT_MESSAGE = "this server is no proxy: CONNECT opens no tunnel here"
 ESCAPES_MESSAGE = "the URL's %-escapes are not UTF-8: encode its words as UTF-8 before escaping them (é is %C3%A9)"

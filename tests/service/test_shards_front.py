@@ -640,14 +640,14 @@ def test_a_replica_restarted_on_another_import_is_noticed(root: Path, lee_import
 
 
 def test_a_write_to_shards_that_take_none_is_the_deployments_fault(root: Path) -> None:
-    """A front started with write keys over shard servers started without any key: the client's write key is not
-    at fault, the deployment is: 503 ``shard_unavailable`` saying the shard's writer takes no writes, not the
+    """A front started with write keys over shards served without any key (by one server): the client's write key
+    is not at fault, the deployment is: 503 ``shard_unavailable`` saying the shard's writer takes no writes, not the
     shard's 403 telling the client to start "this server" (the front, which has them) with EMBEDDING_WRITE_KEYS."""
     key = "front-write-key-0123456789"
-    (root / "open").mkdir()
-    started = real_server.start_together(*real_server.shard_starts(root / "sharded" / "lee", root / "open", SHARDS, {}))
+    names = ",".join(shardmap.shard_name(s) for s in range(SHARDS))
+    started = [real_server.start(root / "sharded" / "lee", root / "open.log", "--tables", names)]
     try:
-        config = json.dumps({"lee": real_server.replicas(started)})
+        config = json.dumps({"lee": real_server.replicas(started * SHARDS)})
         env = {"EMBEDDING_SHARDS": config, "EMBEDDING_WRITE_KEYS": key}
         started.append(real_server.start(root / "front", root / "front-writes.log", env=env))
         body = {"documents": [{"id": "lee-000", "vector": [0.5] * 50}]}

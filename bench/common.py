@@ -292,7 +292,7 @@ class Server:
 
 def wait_ready(process: subprocess.Popen[bytes], url: str, log: Any, timeout: float = START_SECONDS) -> float:
     """Poll ``url`` until it answers 200; the seconds this waited (from its call, not from the spawn)."""
-    with httpx.Client(timeout=POLL_SECONDS) as client:
+    with httpx.Client(timeout=POLL_SECONDS, verify=False) as client:  # plain HTTP: no TLS context to load
         return wait_until(
             process,
             lambda: client.get(url).status_code == 200,
@@ -313,7 +313,7 @@ def wait_workers(
     def ready() -> bool:
         log.seek(0)
         started = log.read().decode(errors="replace").count("Application startup complete")
-        return started >= workers and httpx.get(f"{base}/readyz", timeout=POLL_SECONDS).status_code == 200
+        return started >= workers and httpx.get(f"{base}/readyz", timeout=POLL_SECONDS, verify=False).status_code == 200
 
     return wait_until(process, ready, log, failed, pause=pause, not_yet=(httpx.TransportError,))
 

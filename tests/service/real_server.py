@@ -127,23 +127,31 @@ def shard_starts(table: Path, logs: Path, shards: int, env: dict[str, str]) -> l
 
 
 def replicas(shards: list[Server]) -> list[list[str]]:
-    """A front's ``EMBEDDING_SHARDS`` entry for ``shards``, the servers of :func:`shard_starts` in order."""
+    """A front's ``EMBEDDING_SHARDS`` entry for ``shards``, the server of each shard in order (those of
+    :func:`shard_starts`)."""
     return [[f"{server.base}/v1/tables/{shardmap.shard_name(s)}"] for s, server in enumerate(shards)]
 
 
 @contextmanager
 def whole_and_front(
-    root: Path, shards: int, env: dict[str, str], front_env: dict[str, str]
+    root: Path, shards: int, env: dict[str, str], front_env: dict[str, str], *, apart: bool = True
 ) -> Iterator[tuple[Server, list[Server], Server]]:
     """``lee`` served whole (``root/whole``), each of its shards alone (``root/sharded/lee``, with ``env``), and a
-    front of those shards over the empty ``root/front`` (with ``front_env``); stopped together at the end."""
+    front of those shards over the empty ``root/front`` (with ``front_env``); stopped together at the end. Not
+    ``apart``: one server serves every shard (two starts fewer, for a test of the front's answers alone). The
+    server of each shard is yielded in order, the same one for each when they are not apart."""
+    table = root / "sharded" / "lee"
+    names = ",".join(shardmap.shard_name(s) for s in range(shards))
+    starts = (
+        shard_starts(table, root, shards, env)
+        if apart
+        else [lambda: start(table, root / "shards.log", "--tables", names, env=env)]
+    )
     started: list[Server] = []
     try:
-        started += start_together(
-            lambda: start(root / "whole", root / "whole.log", env=env),
-            *shard_starts(root / "sharded" / "lee", root, shards, env),
-        )
+        started += start_together(lambda: start(root / "whole", root / "whole.log", env=env), *starts)
         whole, *served = started
+        served = served if apart else served * shards
         config = {"EMBEDDING_SHARDS": json.dumps({"lee": replicas(served)}), **front_env}
         front = start(root / "front", root / "front.log", env=config)
         started.append(front)

@@ -218,15 +218,16 @@ def test_each_worker_that_lost_writes_loads_the_newest_version_itself(
         lose_writes_to_two_compactions(data, url, lee_docs)
 
         def both_loaded() -> bool:
-            answer = httpx.get(url, timeout=10)
+            answer = real_server.HTTP.get(url, timeout=10)
             assert answer.status_code == 200 or "up to sequence 4" in answer.json()["error"]["message"], answer.text
             return server.log().count(BEHIND) == 2
 
         real_server.wait_for(both_loaded, what="both workers to load the newest version")
         real_server.wait_for(
-            lambda: all(httpx.get(url, timeout=10).status_code == 200 for _ in range(10)), what="the newest version"
+            lambda: all(real_server.HTTP.get(url, timeout=10).status_code == 200 for _ in range(10)),
+            what="the newest version",
         )
-        assert {httpx.get(url, timeout=10).json()["rows"] for _ in range(20)} == {294}
+        assert {real_server.HTTP.get(url, timeout=10).json()["rows"] for _ in range(20)} == {294}
         assert server.log().count(BEHIND) == 2
 
 

@@ -143,8 +143,9 @@ def test_a_filter_chip_is_named_with_its_count_apart(server: str, watched: Watch
 def reloaded(served: real_server.Server, table: str, status: int) -> None:
     """SIGHUP (the server reloads its data directory), then wait until ``table`` answers ``status``."""
     served.process.send_signal(signal.SIGHUP)
+    url = f"{served.base}/v1/tables/{table}/neighbors"
     real_server.wait_for(
-        lambda: httpx.get(f"{served.base}/v1/tables/{table}/neighbors", params={"token": "need"}).status_code == status,
+        lambda: real_server.HTTP.get(url, params={"token": "need"}).status_code == status,
         what=f"{table} answering {status}",
     )
 

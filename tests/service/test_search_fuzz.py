@@ -6,7 +6,8 @@ lists. Random searches (filter trees, modes, pages, floors, diversity, batches, 
 each answer (hits, scores, ranks, ``passing``, ``fallback``, or the error's status and code) must be the oracle's.
 In process through the app; then a sample over HTTP from a real server of one worker and of two; the Lee table
 served whole and as three shards behind a front, both taking the same random writes between rounds of searches;
-and the typed table whole and behind a front. The front's answers must also be the whole table's.
+and the typed table whole and behind a front. The front's answers must also be the whole table's (one server
+serves the three shards: which process holds a shard is nothing to the front's answers).
 ``SEARCH_FUZZ_SEED`` and ``SEARCH_FUZZ_REQUESTS`` (requests per table in process; an eighth of them over HTTP)
 run a longer hunt.
 """
@@ -359,7 +360,7 @@ def test_random_searches_with_writes_and_through_a_front_are_the_oracles(
     corpus = lee_corpus(lee_docs)
     rng = random.Random(SEED)
     env = {"EMBEDDING_WRITE_KEYS": WRITE_KEY}
-    with real_server.whole_and_front(tmp_path, LEE_SHARDS, env, env) as (whole, _, front):
+    with real_server.whole_and_front(tmp_path, LEE_SHARDS, env, env, apart=False) as (whole, _, front):
 
         def send(server: Server, route: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
             headers = {"x-api-key": WRITE_KEY}
@@ -406,7 +407,7 @@ def test_random_searches_of_the_typed_table_through_a_front_are_the_oracles(
         done = run_cli("import", source, "--name", "lee", *extra, "--data-dir", tmp_path / where)
         assert done.code == 0, done.err
     (tmp_path / "front").mkdir()
-    with real_server.whole_and_front(tmp_path, LEE_SHARDS, {}, {}) as (whole, _, front):
+    with real_server.whole_and_front(tmp_path, LEE_SHARDS, {}, {}, apart=False) as (whole, _, front):
         seen: dict[str, Seen] = {"whole": [], "front": []}
         kinds: Counter[str] = Counter()
         for name, server in (("whole", whole), ("front", front)):

@@ -618,18 +618,21 @@ def test_a_replica_restarted_on_another_import_is_noticed(root: Path, lee_import
     done = run_cli("import", lee_imports / "copies.jsonl", "--name", "lee", "--shards", 4, "--data-dir", four)
     assert done.code == 0, done.err
     (root / "restarted").mkdir()
-    table = root / "sharded" / "lee"
-    started = real_server.start_together(*real_server.shard_starts(table, root / "restarted", SHARDS, KEYS))
+    table, logs, name = root / "sharded" / "lee", root / "restarted", shardmap.shard_name(2)
+    first = ",".join(map(shardmap.shard_name, range(2)))
+    started = real_server.start_together(  # shards 0 and 1 by one server, shard 2 by one of its own
+        lambda: real_server.start(table, logs / "first.log", "--tables", first, env=KEYS),
+        lambda: real_server.start(table, logs / f"{name}.log", "--tables", name, env=KEYS),
+    )
     try:
-        env = {"EMBEDDING_SHARDS": json.dumps({"lee": real_server.replicas(started)}), **KEYS}
+        env = {"EMBEDDING_SHARDS": json.dumps({"lee": real_server.replicas([started[0], *started])}), **KEYS}
         started.append(real_server.start(root / "front", root / "front-restarted.log", env=env))
         base = f"{started[-1].base}/v1/tables/lee"
         owned = next(f"lee-{i:03d}" for i in range(300) if shardmap.shard_of_id(f"lee-{i:03d}", SHARDS) == 2)
         assert HTTP.get(f"{base}/documents/{owned}").status_code == 200
-        port = started[2].port
-        started[2].stop()
-        log, name = root / "restarted" / "again.log", shardmap.shard_name(2)
-        started[2] = real_server.start(four / "lee", log, "--tables", name, env=KEYS, port=port)
+        port = started[1].port
+        started[1].stop()
+        started[1] = real_server.start(four / "lee", logs / "again.log", "--tables", name, env=KEYS, port=port)
         time.sleep(PLACE_SECONDS)
         answer = HTTP.get(f"{base}/documents/{owned}")
         error = answer.json()["error"]
@@ -640,14 +643,14 @@ def test_a_replica_restarted_on_another_import_is_noticed(root: Path, lee_import
 
 
 def test_a_write_to_shards_that_take_none_is_the_deployments_fault(root: Path) -> None:
-    """A front started with write keys over shard servers started without any key: the client's write key is not
-    at fault, the deployment is: 503 ``shard_unavailable`` saying the shard's writer takes no writes, not the
+    """A front started with write keys over shards served without any key (by one server): the client's write key
+    is not at fault, the deployment is: 503 ``shard_unavailable`` saying the shard's writer takes no writes, not the
     shard's 403 telling the client to start "this server" (the front, which has them) with EMBEDDING_WRITE_KEYS."""
     key = "front-write-key-0123456789"
-    (root / "open").mkdir()
-    started = real_server.start_together(*real_server.shard_starts(root / "sharded" / "lee", root / "open", SHARDS, {}))
+    names = ",".join(shardmap.shard_name(s) for s in range(SHARDS))
+    started = [real_server.start(root / "sharded" / "lee", root / "open.log", "--tables", names)]
     try:
-        config = json.dumps({"lee": real_server.replicas(started)})
+        config = json.dumps({"lee": real_server.replicas(started * SHARDS)})
         env = {"EMBEDDING_SHARDS": config, "EMBEDDING_WRITE_KEYS": key}
         started.append(real_server.start(root / "front", root / "front-writes.log", env=env))
         body = {"documents": [{"id": "lee-000", "vector": [0.5] * 50}]}

@@ -117,7 +117,7 @@ def caught_up(shards: list[Server], data: Path) -> bool:
     for name, server in zip(NAMES, shards, strict=True):
         built = artifact.read_manifest(data / "lee" / name)["built_at"]
         for _ in range(10):
-            answer = httpx.get(f"{server.base}/v1/tables/{name}", timeout=60)
+            answer = real_server.HTTP.get(f"{server.base}/v1/tables/{name}", timeout=60)
             assert answer.status_code == 200, answer.text
             if answer.json()["built_at"] != built:
                 return False
@@ -207,7 +207,8 @@ def test_a_front_answers_right_while_its_shards_catch_up_with_a_compaction(
             answer = fresh.post(f"{url}/documents/get", json={"ids": during})
             assert answer.status_code == 200 and answer.json()["missing"] == [], answer.text
         for name, server in zip(NAMES, shards, strict=True):  # each shard's version holds the writes before it
-            assert httpx.get(f"{server.base}/v1/tables/{name}", timeout=60).json()["writes"]["version_sequence"] > 0
+            summary = real_server.HTTP.get(f"{server.base}/v1/tables/{name}", timeout=60).json()
+            assert summary["writes"]["version_sequence"] > 0
 
         later = writes(lee_docs, 60, 30)
         assert post(client, f"{url}/documents", {"documents": later})["upserted"] == len(later)

@@ -417,7 +417,7 @@ def _search(
             f"query() does not take {', '.join(map(repr, unknown))}: of keyword arguments (a retriever's "
             "vector_store_kwargs) it takes mmr_threshold"
         )
-    body = _asked(query, kwargs)
+    body, k = _asked(query, kwargs), _k(query)
     # No node_ids is no restriction, as in LlamaIndex's remote stores: an index whose store keeps the text (its
     # own node list empty) makes each retriever with node_ids=[].
     node_ids = query.node_ids or None
@@ -430,8 +430,21 @@ def _search(
         conditions.append({REF_DOC_ID: {"in": list(query.doc_ids)}})
     if conditions:
         body["filter"] = conditions[0] if len(conditions) == 1 else {"and": conditions}
-    k = (query.hybrid_top_k if query.mode == VectorStoreQueryMode.HYBRID else None) or query.similarity_top_k
     return k, body
+
+
+def _k(query: VectorStoreQuery) -> int:
+    """How many nodes ``query`` asks for: ``hybrid_top_k`` in mode hybrid and ``sparse_top_k`` in text_search when
+    given, as LlamaIndex's stores read them, else ``similarity_top_k``; a ``sparse_top_k`` in another mode, which
+    would go unread (the server's hybrid lists are each at least 100 deep), is a ValueError."""
+    mode = VectorStoreQueryMode(query.mode)
+    if query.sparse_top_k is not None and mode != VectorStoreQueryMode.TEXT_SEARCH:
+        raise ValueError(
+            f"sparse_top_k is the k of mode text_search, not of mode {mode.value!r} (a hybrid search fuses lists of "
+            "max(k, 100) documents; its k is hybrid_top_k, else similarity_top_k)"
+        )
+    own = {VectorStoreQueryMode.HYBRID: query.hybrid_top_k, VectorStoreQueryMode.TEXT_SEARCH: query.sparse_top_k}
+    return own.get(mode) or query.similarity_top_k
 
 
 def _result(hits: list[Hit]) -> VectorStoreQueryResult:

@@ -525,6 +525,26 @@ def test_hybrid_alpha_one_is_the_vector_search_and_zero_the_keyword_search(
         store.query(hybrid(1.5))
 
 
+def test_sparse_top_k_is_the_k_of_mode_text_search(
+    store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]
+) -> None:
+    """Mode text_search answers ``sparse_top_k`` nodes when given (``similarity_top_k`` otherwise), as LlamaIndex's
+    stores with a keyword search take it (Postgres, Qdrant's sparse mode), a retriever's too; in another mode it
+    would go unread (the server's hybrid lists are each at least 100 deep), so it is refused."""
+    text = "bushfires near Sydney"
+    server = [hit.id for hit in store.client.search_documents("li", k=4, text=text, mode="keyword").hits]
+    assert len(server) == 4
+    query = VectorStoreQuery(query_str=text, similarity_top_k=1, sparse_top_k=4, mode="text_search")
+    assert store.query(query).ids == server
+    index = VectorStoreIndex.from_vector_store(store, embed_model=FakeEmbedding())
+    retriever = index.as_retriever(similarity_top_k=1, sparse_top_k=4, vector_store_query_mode="text_search")
+    assert [n.node.node_id for n in retriever.retrieve(text)] == server
+    for mode in ("hybrid", "default", "mmr"):
+        asked = VectorStoreQuery(query_str=text, similarity_top_k=4, sparse_top_k=12, mode=mode)
+        with pytest.raises(ValueError, match=f"sparse_top_k is the k of mode text_search, not of mode '{mode}'"):
+            store.query(asked)
+
+
 def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSearchVectorStore) -> None:
     """Each operator, alone and combined by and, or and not, passes the nodes LlamaIndex's ``SimpleVectorStore``
     passes: ``in`` of no values none, ``nin`` of no values every node (a node without the key too), ``is_empty``

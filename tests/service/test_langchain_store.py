@@ -9,6 +9,7 @@ import datetime as dt
 import decimal
 import inspect
 import json
+import math
 import shutil
 import threading
 import uuid
@@ -199,6 +200,19 @@ def test_an_empty_filter_is_none_and_from_texts_names_what_it_needs(
     assert store.similarity_search(texts[2], k=3, filter={}) == store.similarity_search(texts[2], k=3)
     with pytest.raises(TypeError, match=r"client= .* and table="):
         EmbeddingSearchStore.from_texts(["a note"], DeterministicFakeEmbedding(size=DIM))
+
+
+def test_a_filter_value_of_the_wrong_type_is_named_as_json_writes_it(
+    lee_store: tuple[EmbeddingSearchStore, list[str]],
+) -> None:
+    """A filter's null, true and false are named as JSON writes them (the client writes NaN and infinities as
+    null), not as Python's None, True and False."""
+    store, texts = lee_store
+    for given, named in ((math.inf, "null"), (None, "null"), (True, "true"), (False, "false")):
+        with pytest.raises(ApiError, match=rf"^422 invalid_request: filter\.topic\.eq: .*, got {named}$"):
+            store.similarity_search(texts[2], k=3, filter={"topic": given})
+        with pytest.raises(ApiError, match=rf"^422 invalid_request: filter\.published\.lt: .*, got {named}$"):
+            store.similarity_search(texts[2], k=3, filter={"published": {"lt": given}})
 
 
 def test_relevance_scores_stay_within_0_and_1(lee_store: tuple[EmbeddingSearchStore, list[str]]) -> None:

@@ -63,9 +63,14 @@ def _fetch_k_refused(error: ApiError, fetch_k: int) -> ApiError:
 
 
 def _ids(texts: list[str], metadatas: list[dict[str, Any]] | None, ids: list[str] | None) -> list[str]:
-    """The ids of the texts to add (a new uuid for one not given), checked one a text with the metadatas."""
+    """The ids of the texts to add (a new uuid for one not given: None or ``""``, as LangChain's own stores have it),
+    checked one a text with the metadatas."""
     metadatas = metadatas or [{} for _ in texts]
-    ids = [str(i) if i is not None else str(uuid.uuid4()) for i in ids] if ids else [str(uuid.uuid4()) for _ in texts]
+    ids = (
+        [str(uuid.uuid4()) if i is None or i == "" else str(i) for i in ids]
+        if ids
+        else [str(uuid.uuid4()) for _ in texts]
+    )
     if not len(texts) == len(metadatas) == len(ids):  # before the texts are embedded
         raise ValueError(f"texts: {len(texts)}, metadatas: {len(metadatas)}, ids: {len(ids)}: give one of each a text")
     return ids

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from langchain_core.vectorstores import VectorStore
+from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
@@ -327,6 +327,22 @@ def test_ids_with_a_filter_delete_those_passing_and_lengths_that_differ_are_refu
     with pytest.raises(ValueError, match="texts: 1, metadatas: 1, ids: 2"):
         store.add_texts(["a"], ids=["new-a", "new-b"])
     assert store.get_by_ids(["new-a", "new-b"]) == []
+
+
+def test_an_empty_id_is_no_id_as_in_langchains_own_store(server_url: str) -> None:
+    """A document whose id is ``""`` among documents with ids (``add_documents`` then hands ``add_texts`` every
+    document's id) is given a new uuid, as LangChain's ``InMemoryVectorStore`` gives it, not refused by the server."""
+    store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
+    try:
+        documents = [Document(page_content="with an id", id="given"), Document(page_content="without one", id="")]
+        for other in (store, InMemoryVectorStore(DeterministicFakeEmbedding(size=DIM))):
+            named, new = other.add_documents(documents)
+            assert named == "given" and str(uuid.UUID(new)) == new
+            assert [d.page_content for d in other.get_by_ids([new])] == ["without one"]
+        new, named = store.add_texts(["none", "named"], ids=["", "n1"])
+        assert named == "n1" and [d.page_content for d in store.get_by_ids([new])] == ["none"]
+    finally:
+        everything(store)
 
 
 def test_an_id_twice_in_one_write_is_refused_wherever_it_falls(server_url: str) -> None:

@@ -47,7 +47,7 @@ from pydantic import PrivateAttr
 
 from service_client import AsyncClient, Client, Hit
 from service_client.async_client import LoopClient
-from service_client.stored import METADATA, among, is_id, metadata_of, plain, unkept
+from service_client.stored import METADATA, among, metadata_of, named, plain, unkept
 
 REF_DOC_ID = "ref_doc_id"
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
@@ -264,7 +264,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         """Delete the nodes ``node_ids``, those ``filters`` match, or (given both) those of ``node_ids`` that
         ``filters`` match (the server's filter on ids and fields)."""
         if filters is None:
-            self._client.delete_many(self.table, node_ids or [])
+            self._client.delete_many(self.table, named(node_ids or []))
         elif (condition := _delete_filter(node_ids, filters, self.types())) is not None:
             self._client.delete_documents(self.table, filter=condition)
 
@@ -275,7 +275,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         **delete_kwargs: Any,
     ) -> None:
         if filters is None:
-            await self.async_client.delete_many(self.table, node_ids or [])
+            await self.async_client.delete_many(self.table, named(node_ids or []))
         elif (condition := _delete_filter(node_ids, filters, _types(await self.afields()))) is not None:
             await self.async_client.delete_documents(self.table, filter=condition)
 
@@ -295,7 +295,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
                 return []
             listed = self._client.list_documents(self.table, filter=None if condition is True else condition)
             return [_node_of(document) for document in listed]
-        asked = list(filter(is_id, node_ids or []))  # an id the server refuses as an id (empty, too long) names none
+        asked = named(node_ids or [])
         return [_node_of(document) for document in self._client.documents(self.table, asked)["documents"]]
 
     async def aget_nodes(
@@ -308,7 +308,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
                 return []
             listed = await self.async_client.list_documents(self.table, filter=None if condition is True else condition)
             return [_node_of(document) for document in listed]
-        asked = list(filter(is_id, node_ids or []))
+        asked = named(node_ids or [])
         return [_node_of(document) for document in (await self.async_client.documents(self.table, asked))["documents"]]
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:

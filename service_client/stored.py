@@ -6,6 +6,7 @@ write would drop is refused before anything is written (:func:`unkept`)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic_core import to_jsonable_python
@@ -46,9 +47,10 @@ def unkept(table: str, fields: dict[str, Any], item: str, metadata: dict[str, An
         )
 
 
-def is_id(ident: str) -> bool:
-    """Whether the server takes ``ident`` as a document's id: one it refuses (empty, too long) names no document."""
-    return 1 <= len(ident) <= MAX_ID_CHARS
+def named(ids: Iterable[str]) -> list[str]:
+    """Of ``ids``, those the server takes as a document's id: one it refuses (empty, too long) names no document,
+    so reading or deleting it is no error."""
+    return [ident for ident in ids if 1 <= len(ident) <= MAX_ID_CHARS]
 
 
 def among(ids: list[str | int]) -> dict[str, Any]:

@@ -345,6 +345,18 @@ def test_an_empty_id_is_no_id_as_in_langchains_own_store(server_url: str) -> Non
         everything(store)
 
 
+def test_ids_the_server_takes_for_no_documents_are_no_error_to_delete(
+    lee_store: tuple[EmbeddingSearchStore, list[str]],
+) -> None:
+    """``delete`` of ids no document has is no error, ids the server refuses as ids (empty, over 1,024 characters)
+    too, as ``get_by_ids`` skips them: the other ids are deleted."""
+    store, _ = lee_store
+    assert store.delete(["", "x" * 1025, "lee-1"]) is True
+    assert asyncio.run(store.adelete(["lee-2", ""])) is True
+    assert store.delete(["", "x" * 1025]) is True
+    assert [d.id for d in store.get_by_ids(["lee-0", "lee-1", "lee-2", "lee-3"])] == ["lee-0", "lee-3"]
+
+
 def test_an_id_twice_in_one_write_is_refused_wherever_it_falls(server_url: str) -> None:
     """An id that comes twice among the documents of one write is refused before anything is written, as the
     server refuses it in one request: whether the two fall in the same request or, 256 documents apart, in two."""

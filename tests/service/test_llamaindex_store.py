@@ -177,6 +177,16 @@ def test_what_a_table_without_its_metadata_field_would_drop_is_refused(server_ur
         store.delete_nodes(["b1"])
 
 
+def test_node_ids_the_server_takes_for_no_nodes_are_no_error_to_delete(store: EmbeddingSearchVectorStore) -> None:
+    """``delete_nodes`` of ids the server refuses as ids (empty, over 1,024 characters) deletes the others, as
+    ``get_nodes`` skips them."""
+    store.add([node("1", "foo"), node("2", "bar"), node("3", "baz")])
+    store.delete_nodes(node_ids=["", "x" * 1025, "1"])
+    asyncio.run(store.adelete_nodes(node_ids=["2", ""]))
+    store.delete_nodes(node_ids=[""])
+    assert [n.node_id for n in store.get_nodes()] == ["3"]
+
+
 def test_clear_deletes_every_node_of_a_table_without_the_metadata_field(server_url: str) -> None:
     store = EmbeddingSearchVectorStore(Client(server_url, api_key=KEY), "bare")
     nodes = [TextNode(id_=f"c{i}", text="a fire", embedding=FAKE.embed_query(f"{i}")) for i in range(3)]

@@ -6,6 +6,7 @@ write would drop is refused before anything is written (:func:`unkept`)."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,8 +21,18 @@ def plain(value: Any) -> Any:
     """``value`` as the values JSON holds, in dicts and lists too: metadata as an application has it. NumPy's
     scalars and arrays (anything with ``tolist``: a count from pandas, a score from NumPy) as numbers, booleans and
     lists; the rest as pydantic writes it in JSON, as LlamaIndex dumps a node: a datetime or a date as its ISO
-    8601 string (a timestamp field's value), a UUID, Decimal or path as a string, a tuple or set as a list."""
-    return to_jsonable_python(value, fallback=_listed)
+    8601 string (a timestamp field's value), a UUID, Decimal or path as a string, a tuple or set as a list; NaN and
+    infinities (pandas' missing values) as null, which JSON has for them."""
+    return _finite(to_jsonable_python(value, fallback=_listed))
+
+
+def _finite(value: Any) -> Any:
+    """``value`` (JSON's values) with each float that is NaN or infinite null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    return [_finite(item) for item in value] if isinstance(value, list) else value
 
 
 def _listed(value: Any) -> Any:

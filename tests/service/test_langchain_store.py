@@ -456,6 +456,26 @@ async def test_a_text_the_server_would_refuse_is_refused_before_any_text_is_embe
     assert error.message.endswith(f"(the server's {limit}); nothing was written")
 
 
+def test_nan_and_infinities_in_metadata_are_written_as_null_as_llamaindex_writes_them(server_url: str) -> None:
+    """A metadata value that is NaN or infinite (pandas' missing value) is written as JSON's null, in lists and
+    dicts too, as pydantic and LlamaIndex write it: the field ``metadata`` holds JSON that any reader parses, not
+    Python's ``NaN``, which JSON has not."""
+    store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
+    try:
+        metadata = {"score": math.nan, "nested": {"range": [-math.inf, 1.5, np.float64(math.inf)]}, "topic": "t"}
+        store.add_texts(["a note"], [metadata], ids=["nan"])
+        expected = {"score": None, "nested": {"range": [None, 1.5, None]}, "topic": "t"}
+        assert store.get_by_ids(["nan"])[0].metadata == expected
+        stored = store.client.document("lc", "nan")["fields"]["metadata"]
+
+        def refused(constant: str) -> None:
+            raise AssertionError(f"{constant} is not JSON: {stored}")
+
+        assert json.loads(stored, parse_constant=refused) == expected
+    finally:
+        everything(store)
+
+
 def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missing(server_url: str) -> None:
     """Metadata values of NumPy (scalars, arrays, inside lists and dicts too) are written as JSON's numbers,
     booleans and lists, a datetime as its ISO 8601 string (the timestamp field ``published`` too), as LlamaIndex

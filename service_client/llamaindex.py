@@ -88,6 +88,8 @@ def _condition(item: MetadataFilter, types: Mapping[str, str] | None) -> dict[st
     kind = (types or {}).get(key)
     if operator == FilterOperator.IS_EMPTY:
         return _empty(key, kind)
+    if value is None and operator in (FilterOperator.EQ, FilterOperator.NE):
+        return operator == FilterOperator.NE  # as LlamaIndex's own store: no value is None, every one differs
     if kind == "boolean" and operator in TRUTHS:
         value = [_truth(key, v) for v in value] if isinstance(value, list) else _truth(key, value)
     if kind == "integer" and _fraction(value):

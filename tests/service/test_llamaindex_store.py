@@ -559,7 +559,8 @@ def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSea
     """Each operator, alone and combined by and, or and not, passes the nodes LlamaIndex's ``SimpleVectorStore``
     passes: ``in`` of no values none, ``nin`` of no values every node (a node without the key too), ``is_empty``
     a node without the key or with an empty string, an integer compared with a fraction as a number, a boolean
-    field with 1 and 0 as true and false (``True == 1``: a ``MetadataFilter`` holds no bool)."""
+    field with 1 and 0 as true and false (``True == 1``: a ``MetadataFilter`` holds no bool), ``==`` None no node
+    and ``!=`` None every node."""
     topics = ["fire", "sport", None, "fire brigade", "", None, "rain"]
     urgent: list[dict[str, Any]] = [{"urgent": True}, {"urgent": False}, {}]
     nodes = [
@@ -593,6 +594,9 @@ def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSea
         MetadataFilter(key="urgent", value=1, operator=FilterOperator.NE),
         MetadataFilter(key="urgent", value=[0], operator=FilterOperator.IN),
         MetadataFilter(key="urgent", value=[1], operator=FilterOperator.NIN),
+        MetadataFilter(key="topic", value=None),
+        MetadataFilter(key="row", value=None, operator=FilterOperator.NE),
+        MetadataFilter(key="urgent", value=None),
     ]
     pairs = [[a, b] for a in atoms for b in atoms if a is not b][::12]
     for condition in FilterCondition:

@@ -41,7 +41,7 @@ from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from service_client import ApiError, AsyncClient, Client, Hit
 from service_client.async_client import LoopClient
 from service_client.calls import check_unembedded
-from service_client.stored import METADATA, among, is_id, metadata_of, plain, unkept
+from service_client.stored import METADATA, among, metadata_of, named, plain, unkept
 
 
 def _max_k(error: ApiError) -> int | None:
@@ -63,9 +63,14 @@ def _fetch_k_refused(error: ApiError, fetch_k: int) -> ApiError:
 
 
 def _ids(texts: list[str], metadatas: list[dict[str, Any]] | None, ids: list[str] | None) -> list[str]:
-    """The ids of the texts to add (a new uuid for one not given), checked one a text with the metadatas."""
+    """The ids of the texts to add (a new uuid for one not given: None or ``""``, as LangChain's own stores have it),
+    checked one a text with the metadatas."""
     metadatas = metadatas or [{} for _ in texts]
-    ids = [str(i) if i is not None else str(uuid.uuid4()) for i in ids] if ids else [str(uuid.uuid4()) for _ in texts]
+    ids = (
+        [str(uuid.uuid4()) if i is None or i == "" else str(i) for i in ids]
+        if ids
+        else [str(uuid.uuid4()) for _ in texts]
+    )
     if not len(texts) == len(metadatas) == len(ids):  # before the texts are embedded
         raise ValueError(f"texts: {len(texts)}, metadatas: {len(metadatas)}, ids: {len(ids)}: give one of each a text")
     return ids
@@ -212,11 +217,11 @@ class EmbeddingSearchStore(VectorStore):
         return ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Delete by ids (ids not there are no error), by ``filter=`` (the server's filter language), or (given
-        both) the documents of ``ids`` that pass the filter."""
+        """Delete by ids (ids not there are no error, nor ids the server refuses as ids), by ``filter=`` (the
+        server's filter language), or (given both) the documents of ``ids`` that pass the filter."""
         spec = _delete_filter(ids, kwargs)
         if spec is None:
-            self.client.delete_many(self.table, ids or [])
+            self.client.delete_many(self.table, named(ids or []))
         elif ids != []:  # of no ids, none to delete
             self.client.delete_documents(self.table, filter=spec)
         return True
@@ -224,7 +229,7 @@ class EmbeddingSearchStore(VectorStore):
     async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         spec = _delete_filter(ids, kwargs)
         if spec is None:
-            await self.async_client.delete_many(self.table, ids or [])
+            await self.async_client.delete_many(self.table, named(ids or []))
         elif ids != []:  # of no ids, none to delete
             await self.async_client.delete_documents(self.table, filter=spec)
         return True
@@ -233,12 +238,12 @@ class EmbeddingSearchStore(VectorStore):
         """The documents of ``ids`` that are there, in their order (``POST .../documents/get``, ``READ_DOCUMENTS``
         ids a request, fewer if the server's ``max_batch`` is: :meth:`Client.documents`); an id the server refuses
         as an id (empty, or too long) names none."""
-        found = self.client.documents(self.table, [i for i in ids if is_id(i)])
+        found = self.client.documents(self.table, named(ids))
         return [self._document(document) for document in found["documents"]]
 
     async def aget_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """:meth:`get_by_ids`, awaited."""
-        found = await self.async_client.documents(self.table, [i for i in ids if is_id(i)])
+        found = await self.async_client.documents(self.table, named(ids))
         return [self._document(document) for document in found["documents"]]
 
     # ----------------------------------------------------------------------------------------- searches

@@ -47,7 +47,7 @@ from pydantic import PrivateAttr
 
 from service_client import AsyncClient, Client, Hit
 from service_client.async_client import LoopClient
-from service_client.stored import METADATA, among, is_id, metadata_of, plain, unkept
+from service_client.stored import METADATA, among, metadata_of, named, plain, unkept
 
 REF_DOC_ID = "ref_doc_id"
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
@@ -88,6 +88,8 @@ def _condition(item: MetadataFilter, types: Mapping[str, str] | None) -> dict[st
     kind = (types or {}).get(key)
     if operator == FilterOperator.IS_EMPTY:
         return _empty(key, kind)
+    if value is None and operator in (FilterOperator.EQ, FilterOperator.NE):
+        return operator == FilterOperator.NE  # as LlamaIndex's own store: no value is None, every one differs
     if kind == "boolean" and operator in TRUTHS:
         value = [_truth(key, v) for v in value] if isinstance(value, list) else _truth(key, value)
     if kind == "integer" and _fraction(value):
@@ -264,7 +266,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         """Delete the nodes ``node_ids``, those ``filters`` match, or (given both) those of ``node_ids`` that
         ``filters`` match (the server's filter on ids and fields)."""
         if filters is None:
-            self._client.delete_many(self.table, node_ids or [])
+            self._client.delete_many(self.table, named(node_ids or []))
         elif (condition := _delete_filter(node_ids, filters, self.types())) is not None:
             self._client.delete_documents(self.table, filter=condition)
 
@@ -275,7 +277,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
         **delete_kwargs: Any,
     ) -> None:
         if filters is None:
-            await self.async_client.delete_many(self.table, node_ids or [])
+            await self.async_client.delete_many(self.table, named(node_ids or []))
         elif (condition := _delete_filter(node_ids, filters, _types(await self.afields()))) is not None:
             await self.async_client.delete_documents(self.table, filter=condition)
 
@@ -295,7 +297,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
                 return []
             listed = self._client.list_documents(self.table, filter=None if condition is True else condition)
             return [_node_of(document) for document in listed]
-        asked = list(filter(is_id, node_ids or []))  # an id the server refuses as an id (empty, too long) names none
+        asked = named(node_ids or [])
         return [_node_of(document) for document in self._client.documents(self.table, asked)["documents"]]
 
     async def aget_nodes(
@@ -308,7 +310,7 @@ class EmbeddingSearchVectorStore(BasePydanticVectorStore):
                 return []
             listed = await self.async_client.list_documents(self.table, filter=None if condition is True else condition)
             return [_node_of(document) for document in listed]
-        asked = list(filter(is_id, node_ids or []))
+        asked = named(node_ids or [])
         return [_node_of(document) for document in (await self.async_client.documents(self.table, asked))["documents"]]
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
@@ -417,7 +419,7 @@ def _search(
             f"query() does not take {', '.join(map(repr, unknown))}: of keyword arguments (a retriever's "
             "vector_store_kwargs) it takes mmr_threshold"
         )
-    body = _asked(query, kwargs)
+    body, k = _asked(query, kwargs), _k(query)
     # No node_ids is no restriction, as in LlamaIndex's remote stores: an index whose store keeps the text (its
     # own node list empty) makes each retriever with node_ids=[].
     node_ids = query.node_ids or None
@@ -430,8 +432,21 @@ def _search(
         conditions.append({REF_DOC_ID: {"in": list(query.doc_ids)}})
     if conditions:
         body["filter"] = conditions[0] if len(conditions) == 1 else {"and": conditions}
-    k = (query.hybrid_top_k if query.mode == VectorStoreQueryMode.HYBRID else None) or query.similarity_top_k
     return k, body
+
+
+def _k(query: VectorStoreQuery) -> int:
+    """How many nodes ``query`` asks for: ``hybrid_top_k`` in mode hybrid and ``sparse_top_k`` in text_search when
+    given, as LlamaIndex's stores read them, else ``similarity_top_k``; a ``sparse_top_k`` in another mode, which
+    would go unread (the server's hybrid lists are each at least 100 deep), is a ValueError."""
+    mode = VectorStoreQueryMode(query.mode)
+    if query.sparse_top_k is not None and mode != VectorStoreQueryMode.TEXT_SEARCH:
+        raise ValueError(
+            f"sparse_top_k is the k of mode text_search, not of mode {mode.value!r} (a hybrid search fuses lists of "
+            "max(k, 100) documents; its k is hybrid_top_k, else similarity_top_k)"
+        )
+    own = {VectorStoreQueryMode.HYBRID: query.hybrid_top_k, VectorStoreQueryMode.TEXT_SEARCH: query.sparse_top_k}
+    return own.get(mode) or query.similarity_top_k
 
 
 def _result(hits: list[Hit]) -> VectorStoreQueryResult:

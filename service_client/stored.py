@@ -6,6 +6,8 @@ write would drop is refused before anything is written (:func:`unkept`)."""
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic_core import to_jsonable_python
@@ -19,8 +21,18 @@ def plain(value: Any) -> Any:
     """``value`` as the values JSON holds, in dicts and lists too: metadata as an application has it. NumPy's
     scalars and arrays (anything with ``tolist``: a count from pandas, a score from NumPy) as numbers, booleans and
     lists; the rest as pydantic writes it in JSON, as LlamaIndex dumps a node: a datetime or a date as its ISO
-    8601 string (a timestamp field's value), a UUID, Decimal or path as a string, a tuple or set as a list."""
-    return to_jsonable_python(value, fallback=_listed)
+    8601 string (a timestamp field's value), a UUID, Decimal or path as a string, a tuple or set as a list; NaN and
+    infinities (pandas' missing values) as null, which JSON has for them."""
+    return _finite(to_jsonable_python(value, fallback=_listed))
+
+
+def _finite(value: Any) -> Any:
+    """``value`` (JSON's values) with each float that is NaN or infinite null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    return [_finite(item) for item in value] if isinstance(value, list) else value
 
 
 def _listed(value: Any) -> Any:
@@ -46,9 +58,10 @@ def unkept(table: str, fields: dict[str, Any], item: str, metadata: dict[str, An
         )
 
 
-def is_id(ident: str) -> bool:
-    """Whether the server takes ``ident`` as a document's id: one it refuses (empty, too long) names no document."""
-    return 1 <= len(ident) <= MAX_ID_CHARS
+def named(ids: Iterable[str]) -> list[str]:
+    """Of ``ids``, those the server takes as a document's id: one it refuses (empty, too long) names no document,
+    so reading or deleting it is no error."""
+    return [ident for ident in ids if 1 <= len(ident) <= MAX_ID_CHARS]
 
 
 def among(ids: list[str | int]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ naming them.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -233,7 +234,7 @@ def _id(value: Any, where: str) -> str | int:
         value = int(value)
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         return value
-    raise InvalidQuery(f"{where}: a document's id is text or a whole number, got {shown(value)}")
+    raise InvalidQuery(f"{where}: a document's id is text or a whole number, got {_given(value)}")
 
 
 def _condition(column: pa.Array, kind: str, op: str, value: Any, where: str) -> pa.Array:
@@ -319,7 +320,7 @@ def _value(kind: str, value: Any, where: str) -> Any:
         return _timestamp(value, where)
     if not ok:
         article = "an" if kind == INTEGER else "a"
-        raise InvalidQuery(f"{where}: {article} {kind} field is compared with {_expected(kind)}, got {shown(value)}")
+        raise InvalidQuery(f"{where}: {article} {kind} field is compared with {_expected(kind)}, got {_given(value)}")
     return value
 
 
@@ -337,8 +338,14 @@ def _timestamp(value: Any, where: str) -> dt.datetime:
             except OverflowError:  # the offset moves it out of years 1..9999
                 raise InvalidQuery(f"{where}: {shown(value)} falls outside the years 1 to 9999 in UTC") from None
     raise InvalidQuery(
-        f"{where}: a timestamp field is compared with ISO 8601 text (2001-12-24T05:30:00Z), got {shown(value)}"
+        f"{where}: a timestamp field is compared with ISO 8601 text (2001-12-24T05:30:00Z), got {_given(value)}"
     )
+
+
+def _given(value: Any) -> str:
+    """A filter's value as a message names it: null, true and false as the JSON it came in writes them (a client
+    writes NaN and infinities as null), another as :func:`shown` quotes it."""
+    return json.dumps(value) if value is None or isinstance(value, bool) else shown(value)
 
 
 def _expected(kind: str) -> str:

@@ -9,6 +9,7 @@ import datetime as dt
 import decimal
 import inspect
 import json
+import math
 import shutil
 import threading
 import uuid
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from langchain_core.vectorstores import VectorStore
+from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from langchain_tests.integration_tests import VectorStoreIntegrationTests
 
@@ -201,6 +202,19 @@ def test_an_empty_filter_is_none_and_from_texts_names_what_it_needs(
         EmbeddingSearchStore.from_texts(["a note"], DeterministicFakeEmbedding(size=DIM))
 
 
+def test_a_filter_value_of_the_wrong_type_is_named_as_json_writes_it(
+    lee_store: tuple[EmbeddingSearchStore, list[str]],
+) -> None:
+    """A filter's null, true and false are named as JSON writes them (the client writes NaN and infinities as
+    null), not as Python's None, True and False."""
+    store, texts = lee_store
+    for given, named in ((math.inf, "null"), (None, "null"), (True, "true"), (False, "false")):
+        with pytest.raises(ApiError, match=rf"^422 invalid_request: filter\.topic\.eq: .*, got {named}$"):
+            store.similarity_search(texts[2], k=3, filter={"topic": given})
+        with pytest.raises(ApiError, match=rf"^422 invalid_request: filter\.published\.lt: .*, got {named}$"):
+            store.similarity_search(texts[2], k=3, filter={"published": {"lt": given}})
+
+
 def test_relevance_scores_stay_within_0_and_1(lee_store: tuple[EmbeddingSearchStore, list[str]]) -> None:
     """A float32 cosine of a vector with itself can exceed 1: its relevance is 1, and LangChain does not warn."""
     store, texts = lee_store
@@ -315,6 +329,34 @@ def test_ids_with_a_filter_delete_those_passing_and_lengths_that_differ_are_refu
     assert store.get_by_ids(["new-a", "new-b"]) == []
 
 
+def test_an_empty_id_is_no_id_as_in_langchains_own_store(server_url: str) -> None:
+    """A document whose id is ``""`` among documents with ids (``add_documents`` then hands ``add_texts`` every
+    document's id) is given a new uuid, as LangChain's ``InMemoryVectorStore`` gives it, not refused by the server."""
+    store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
+    try:
+        documents = [Document(page_content="with an id", id="given"), Document(page_content="without one", id="")]
+        for other in (store, InMemoryVectorStore(DeterministicFakeEmbedding(size=DIM))):
+            named, new = other.add_documents(documents)
+            assert named == "given" and str(uuid.UUID(new)) == new
+            assert [d.page_content for d in other.get_by_ids([new])] == ["without one"]
+        new, named = store.add_texts(["none", "named"], ids=["", "n1"])
+        assert named == "n1" and [d.page_content for d in store.get_by_ids([new])] == ["none"]
+    finally:
+        everything(store)
+
+
+def test_ids_the_server_takes_for_no_documents_are_no_error_to_delete(
+    lee_store: tuple[EmbeddingSearchStore, list[str]],
+) -> None:
+    """``delete`` of ids no document has is no error, ids the server refuses as ids (empty, over 1,024 characters)
+    too, as ``get_by_ids`` skips them: the other ids are deleted."""
+    store, _ = lee_store
+    assert store.delete(["", "x" * 1025, "lee-1"]) is True
+    assert asyncio.run(store.adelete(["lee-2", ""])) is True
+    assert store.delete(["", "x" * 1025]) is True
+    assert [d.id for d in store.get_by_ids(["lee-0", "lee-1", "lee-2", "lee-3"])] == ["lee-0", "lee-3"]
+
+
 def test_an_id_twice_in_one_write_is_refused_wherever_it_falls(server_url: str) -> None:
     """An id that comes twice among the documents of one write is refused before anything is written, as the
     server refuses it in one request: whether the two fall in the same request or, 256 documents apart, in two."""
@@ -412,6 +454,26 @@ async def test_a_text_the_server_would_refuse_is_refused_before_any_text_is_embe
     shown = repr(ident) if len(ident) < 60 else f"'{ident[:55]}...'"
     assert error.message.startswith(f"documents[899] (id {shown}): ") and error.details["document"] == 899
     assert error.message.endswith(f"(the server's {limit}); nothing was written")
+
+
+def test_nan_and_infinities_in_metadata_are_written_as_null_as_llamaindex_writes_them(server_url: str) -> None:
+    """A metadata value that is NaN or infinite (pandas' missing value) is written as JSON's null, in lists and
+    dicts too, as pydantic and LlamaIndex write it: the field ``metadata`` holds JSON that any reader parses, not
+    Python's ``NaN``, which JSON has not."""
+    store = empty_store(server_url, DeterministicFakeEmbedding(size=DIM))
+    try:
+        metadata = {"score": math.nan, "nested": {"range": [-math.inf, 1.5, np.float64(math.inf)]}, "topic": "t"}
+        store.add_texts(["a note"], [metadata], ids=["nan"])
+        expected = {"score": None, "nested": {"range": [None, 1.5, None]}, "topic": "t"}
+        assert store.get_by_ids(["nan"])[0].metadata == expected
+        stored = store.client.document("lc", "nan")["fields"]["metadata"]
+
+        def refused(constant: str) -> None:
+            raise AssertionError(f"{constant} is not JSON: {stored}")
+
+        assert json.loads(stored, parse_constant=refused) == expected
+    finally:
+        everything(store)
 
 
 def test_numpy_metadata_is_written_as_json_and_ids_the_server_refuses_are_missing(server_url: str) -> None:

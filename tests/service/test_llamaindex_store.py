@@ -177,6 +177,16 @@ def test_what_a_table_without_its_metadata_field_would_drop_is_refused(server_ur
         store.delete_nodes(["b1"])
 
 
+def test_node_ids_the_server_takes_for_no_nodes_are_no_error_to_delete(store: EmbeddingSearchVectorStore) -> None:
+    """``delete_nodes`` of ids the server refuses as ids (empty, over 1,024 characters) deletes the others, as
+    ``get_nodes`` skips them."""
+    store.add([node("1", "foo"), node("2", "bar"), node("3", "baz")])
+    store.delete_nodes(node_ids=["", "x" * 1025, "1"])
+    asyncio.run(store.adelete_nodes(node_ids=["2", ""]))
+    store.delete_nodes(node_ids=[""])
+    assert [n.node_id for n in store.get_nodes()] == ["3"]
+
+
 def test_clear_deletes_every_node_of_a_table_without_the_metadata_field(server_url: str) -> None:
     store = EmbeddingSearchVectorStore(Client(server_url, api_key=KEY), "bare")
     nodes = [TextNode(id_=f"c{i}", text="a fire", embedding=FAKE.embed_query(f"{i}")) for i in range(3)]
@@ -525,11 +535,32 @@ def test_hybrid_alpha_one_is_the_vector_search_and_zero_the_keyword_search(
         store.query(hybrid(1.5))
 
 
+def test_sparse_top_k_is_the_k_of_mode_text_search(
+    store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]
+) -> None:
+    """Mode text_search answers ``sparse_top_k`` nodes when given (``similarity_top_k`` otherwise), as LlamaIndex's
+    stores with a keyword search take it (Postgres, Qdrant's sparse mode), a retriever's too; in another mode it
+    would go unread (the server's hybrid lists are each at least 100 deep), so it is refused."""
+    text = "bushfires near Sydney"
+    server = [hit.id for hit in store.client.search_documents("li", k=4, text=text, mode="keyword").hits]
+    assert len(server) == 4
+    query = VectorStoreQuery(query_str=text, similarity_top_k=1, sparse_top_k=4, mode="text_search")
+    assert store.query(query).ids == server
+    index = VectorStoreIndex.from_vector_store(store, embed_model=FakeEmbedding())
+    retriever = index.as_retriever(similarity_top_k=1, sparse_top_k=4, vector_store_query_mode="text_search")
+    assert [n.node.node_id for n in retriever.retrieve(text)] == server
+    for mode in ("hybrid", "default", "mmr"):
+        asked = VectorStoreQuery(query_str=text, similarity_top_k=4, sparse_top_k=12, mode=mode)
+        with pytest.raises(ValueError, match=f"sparse_top_k is the k of mode text_search, not of mode '{mode}'"):
+            store.query(asked)
+
+
 def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSearchVectorStore) -> None:
     """Each operator, alone and combined by and, or and not, passes the nodes LlamaIndex's ``SimpleVectorStore``
     passes: ``in`` of no values none, ``nin`` of no values every node (a node without the key too), ``is_empty``
     a node without the key or with an empty string, an integer compared with a fraction as a number, a boolean
-    field with 1 and 0 as true and false (``True == 1``: a ``MetadataFilter`` holds no bool)."""
+    field with 1 and 0 as true and false (``True == 1``: a ``MetadataFilter`` holds no bool), ``==`` None no node
+    and ``!=`` None every node."""
     topics = ["fire", "sport", None, "fire brigade", "", None, "rain"]
     urgent: list[dict[str, Any]] = [{"urgent": True}, {"urgent": False}, {}]
     nodes = [
@@ -563,6 +594,9 @@ def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSea
         MetadataFilter(key="urgent", value=1, operator=FilterOperator.NE),
         MetadataFilter(key="urgent", value=[0], operator=FilterOperator.IN),
         MetadataFilter(key="urgent", value=[1], operator=FilterOperator.NIN),
+        MetadataFilter(key="topic", value=None),
+        MetadataFilter(key="row", value=None, operator=FilterOperator.NE),
+        MetadataFilter(key="urgent", value=None),
     ]
     pairs = [[a, b] for a in atoms for b in atoms if a is not b][::12]
     for condition in FilterCondition:

@@ -133,7 +133,7 @@ def test_filter_equals_python(
         ({}, "a filter is a non-empty object"),
         ({"year": {}}, "give a value or an operator"),
         ({"id": {"prefix": "lee"}}, "filter.id: the documents' ids take the operators eq, ne, in, not 'prefix'"),
-        ({"id": True}, "filter.id.eq: a document's id is text or a whole number, got True"),
+        ({"id": True}, "filter.id.eq: a document's id is text or a whole number, got true"),
         ({"id": {"in": ["lee-001", 1.5]}}, "filter.id.in[1]: a document's id is text or a whole number, got 1.5"),
         ({"id": {"in": ["lee-001"] * 10_001}}, "filter.id.in: takes a list of 1 to 10,000 ids"),
         ({"id": {}}, "filter.id: give a value or an operator (eq, ne, in)"),

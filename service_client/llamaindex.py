@@ -50,6 +50,7 @@ from service_client.async_client import LoopClient
 from service_client.stored import METADATA, among, metadata_of, named, plain, unkept
 
 REF_DOC_ID = "ref_doc_id"
+HYBRID_DEPTH = 100  # the documents each list of the server's hybrid search gives at least (index.engine.hybrid's DEPTH)
 RANGES = {FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 COMPARISONS = {**RANGES, FilterOperator.EQ: "eq", FilterOperator.NE: "ne"}
 TRUTHS = (FilterOperator.EQ, FilterOperator.NE, FilterOperator.IN, FilterOperator.ANY, FilterOperator.NIN)  # by 1 and 0
@@ -437,16 +438,21 @@ def _search(
 
 def _k(query: VectorStoreQuery) -> int:
     """How many nodes ``query`` asks for: ``hybrid_top_k`` in mode hybrid and ``sparse_top_k`` in text_search when
-    given, as LlamaIndex's stores read them, else ``similarity_top_k``; a ``sparse_top_k`` in another mode, which
-    would go unread (the server's hybrid lists are each at least 100 deep), is a ValueError."""
+    given, as LlamaIndex's stores read them, else ``similarity_top_k``. In mode hybrid ``sparse_top_k`` is the
+    keyword list's depth, which the server's lists meet up to ``HYBRID_DEPTH`` (each ``max(k, HYBRID_DEPTH)`` deep):
+    a deeper one is a ValueError; the vector modes do not read it, as LlamaIndex's own store."""
     mode = VectorStoreQueryMode(query.mode)
-    if query.sparse_top_k is not None and mode != VectorStoreQueryMode.TEXT_SEARCH:
+    if mode == VectorStoreQueryMode.TEXT_SEARCH:
+        return query.sparse_top_k or query.similarity_top_k
+    if mode != VectorStoreQueryMode.HYBRID:
+        return query.similarity_top_k
+    k = query.hybrid_top_k or query.similarity_top_k
+    if query.sparse_top_k is not None and query.sparse_top_k > max(k, HYBRID_DEPTH):
         raise ValueError(
-            f"sparse_top_k is the k of mode text_search, not of mode {mode.value!r} (a hybrid search fuses lists of "
-            "max(k, 100) documents; its k is hybrid_top_k, else similarity_top_k)"
+            f"sparse_top_k {query.sparse_top_k} is deeper than the keyword list a hybrid search fuses: max(k, "
+            f"{HYBRID_DEPTH}) documents, its k hybrid_top_k, else similarity_top_k"
         )
-    own = {VectorStoreQueryMode.HYBRID: query.hybrid_top_k, VectorStoreQueryMode.TEXT_SEARCH: query.sparse_top_k}
-    return own.get(mode) or query.similarity_top_k
+    return k
 
 
 def _result(hits: list[Hit]) -> VectorStoreQueryResult:

@@ -29,8 +29,9 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
 )
 
+from index.engine.hybrid import DEPTH
 from service_client import READ_DOCUMENTS, AsyncClient, Client, calls, stored
-from service_client.llamaindex import EmbeddingSearchVectorStore, _restricted, filter_of
+from service_client.llamaindex import HYBRID_DEPTH, EmbeddingSearchVectorStore, _restricted, filter_of
 from tests.cli import run_cli
 from tests.lee import Lee
 from tests.service import real_server
@@ -535,12 +536,13 @@ def test_hybrid_alpha_one_is_the_vector_search_and_zero_the_keyword_search(
         store.query(hybrid(1.5))
 
 
-def test_sparse_top_k_is_the_k_of_mode_text_search(
+def test_sparse_top_k_is_the_k_of_mode_text_search_and_the_keyword_lists_depth_in_hybrid(
     store: EmbeddingSearchVectorStore, lee_nodes: list[TextNode]
 ) -> None:
     """Mode text_search answers ``sparse_top_k`` nodes when given (``similarity_top_k`` otherwise), as LlamaIndex's
-    stores with a keyword search take it (Postgres, Qdrant's sparse mode), a retriever's too; in another mode it
-    would go unread (the server's hybrid lists are each at least 100 deep), so it is refused."""
+    stores with a keyword search take it (Postgres, Qdrant's sparse mode), a retriever's too. In mode hybrid it is
+    the keyword list's depth (Qdrant's), which the server's lists meet up to the server's depth: a retriever carried
+    over with one is answered as without it, a deeper one refused; the vector modes do not read it."""
     text = "bushfires near Sydney"
     server = [hit.id for hit in store.client.search_documents("li", k=4, text=text, mode="keyword").hits]
     assert len(server) == 4
@@ -549,10 +551,19 @@ def test_sparse_top_k_is_the_k_of_mode_text_search(
     index = VectorStoreIndex.from_vector_store(store, embed_model=FakeEmbedding())
     retriever = index.as_retriever(similarity_top_k=1, sparse_top_k=4, vector_store_query_mode="text_search")
     assert [n.node.node_id for n in retriever.retrieve(text)] == server
+    assert HYBRID_DEPTH == DEPTH  # the client's bound is the server's
+    embedding = FAKE.embed_query(text)
     for mode in ("hybrid", "default", "mmr"):
-        asked = VectorStoreQuery(query_str=text, similarity_top_k=4, sparse_top_k=12, mode=mode)
-        with pytest.raises(ValueError, match=f"sparse_top_k is the k of mode text_search, not of mode '{mode}'"):
-            store.query(asked)
+        plain = VectorStoreQuery(query_str=text, query_embedding=embedding, similarity_top_k=4, mode=mode)
+        carried = VectorStoreQuery(
+            query_str=text, query_embedding=embedding, similarity_top_k=4, sparse_top_k=DEPTH, mode=mode
+        )
+        assert store.query(carried).ids == store.query(plain).ids, mode
+    deeper = VectorStoreQuery(
+        query_str=text, query_embedding=embedding, similarity_top_k=4, sparse_top_k=DEPTH + 1, mode="hybrid"
+    )
+    with pytest.raises(ValueError, match=f"sparse_top_k {DEPTH + 1} is deeper than the keyword list"):
+        store.query(deeper)
 
 
 def test_filters_pass_the_nodes_llamaindexs_own_store_passes(store: EmbeddingSearchVectorStore) -> None:

@@ -260,10 +260,23 @@ def index_top(
     the same found by any index or exactly, and equal to a written copy of it, and equal scores go by id, at the
     ``k``-th place too (rows of equal codes come in FAISS's order, often the last first)."""
     _, ids = index.search(queries, min(max(k, width) * rerank, index.ntotal), params=params)
-    scores = candidate_products(queries, vectors, ids)
-    order = np.lexsort((ids, -scores), axis=1)[:, :k]
-    at = np.arange(len(ids))[:, None]
-    return scores[at, order], ids[at, order]
+    return best_scored(candidate_products(queries, vectors, ids), ids, k)
+
+
+def best_scored(scores: np.ndarray, ids: np.ndarray, k: int) -> Hits:
+    """The ``k`` best of each row of candidates (``scores``, their ``ids``), best first, equal scores by id: the
+    order of ``np.lexsort((ids, -scores), axis=1)``. A stable sort of the scores alone gives that order whenever no
+    two of a row's scores are equal, which the sorted scores show (equal ones end up side by side); lexsort, several
+    times slower on a graph search's candidates (BENCHMARKS.md, "HTTP floors: the candidates ranked by their scores
+    alone"), runs only for a batch with a tie."""
+    count, width = scores.shape
+    order = np.argsort(-scores, axis=1, kind="stable")
+    at = order + np.arange(0, count * width, width)[:, None]  # places in the flattened rows
+    ranked = scores.ravel()[at]
+    if (ranked[:, 1:] == ranked[:, :-1]).any():
+        at = np.lexsort((ids, -scores), axis=1) + np.arange(0, count * width, width)[:, None]
+    at = at[:, :k]
+    return scores.ravel()[at], ids.ravel()[at]
 
 
 def index_knn(

@@ -311,17 +311,28 @@ def candidate_products(queries: np.ndarray, vectors: np.ndarray, ids: np.ndarray
     ``RESCORED_BYTES`` of gathered rows at a time: NumPy runs it without the interpreter lock, which a loop over the
     queries would hold while the event loop waits for it."""
     count, width = ids.shape
+    dim = vectors.shape[1]
     padded = -(-width // TAIL_BLOCK) * TAIL_BLOCK
-    step = max(1, RESCORED_BYTES // (padded * vectors.shape[1] * 4))
+    step = max(1, RESCORED_BYTES // (padded * dim * 4))
     scores = np.empty((count, width), dtype=np.float32)
+    records = row_records(vectors)
     for start in range(0, count, step):
         part = ids[start : start + step]
-        rows = np.zeros((len(part), padded, vectors.shape[1]), dtype=np.float32)
-        rows[:, :width] = vectors[part]
+        rows = np.zeros((len(part), padded, dim), dtype=np.float32)
+        rows[:, :width] = records[part].view(vectors.dtype).reshape(len(part), width, dim)
         products = np.matmul(queries[start : start + step, None, :], rows.transpose(0, 2, 1))
         scores[start : start + step] = products[:, 0, :width]
     scores[ids < 0] = -np.inf  # after every hit
     return scores
+
+
+def row_records(vectors: np.ndarray) -> np.ndarray:
+    """The rows of ``vectors`` as one item of bytes each (a 1-D array of ``np.void``), so that a gather copies each
+    row at once: a mapped graph's copy of the rows (:func:`graph_rows`) is not 4-byte aligned, and NumPy gathers its
+    rows' values one by one through a buffer, about twice as long (BENCHMARKS.md, "HTTP floors: the candidates
+    ranked by their scores alone")."""
+    rows = np.ascontiguousarray(vectors)
+    return rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).reshape(len(rows))
 
 
 def graph_rows(index: faiss.Index | None, vectors: np.ndarray) -> np.ndarray:

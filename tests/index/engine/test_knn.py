@@ -19,6 +19,7 @@ from index.engine.knn import (
     graph_rows,
     index_top,
     inner_products,
+    row_records,
     search_width,
     searched_index,
     set_search_params,
@@ -97,6 +98,22 @@ def test_candidates_are_ranked_by_score_then_id_as_lexsort_ranks_them() -> None:
             assert got[1].tobytes() == ids[at, order].tobytes(), (trial, k)
             cases += 1
     assert cases > 1_500
+
+
+def test_rows_at_an_unaligned_address_are_gathered_whole_as_their_own_bytes() -> None:
+    """``row_records`` (how candidates' rows are gathered) gives each row's bytes as one item, also for rows that
+    start off a 4-byte boundary, as a mapped graph's copy does: gathered, they are the rows' values bit for bit."""
+    matrix = rows(40)
+    raw = np.zeros(matrix.nbytes + 2, dtype=np.uint8)
+    raw[2:] = matrix.view(np.uint8).ravel()
+    unaligned = raw[2:].view(np.float32).reshape(matrix.shape)
+    assert not unaligned.flags.aligned
+    ids = np.array([[3, 39, 0], [-1, 7, 7]])
+    for source in (matrix, unaligned):
+        records = row_records(source)
+        assert records.shape == (40,)
+        gathered = records[ids].view(np.float32).reshape(2, 3, 50)
+        assert gathered.tobytes() == matrix[ids].tobytes()
 
 
 def test_one_vector_is_made_a_unit_query_as_a_batch_row_is() -> None:

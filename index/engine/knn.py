@@ -331,8 +331,8 @@ def row_records(vectors: np.ndarray) -> np.ndarray:
     row at once: a mapped graph's copy of the rows (:func:`graph_rows`) is not 4-byte aligned, and NumPy gathers its
     rows' values one by one through a buffer, about twice as long (BENCHMARKS.md, "HTTP floors: the candidates
     ranked by their scores alone")."""
-    rows = np.ascontiguousarray(vectors)
-    return rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).reshape(len(rows))
+    rows = vectors if vectors.strides[1] == vectors.itemsize else np.ascontiguousarray(vectors)  # rows of any stride
+    return rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize)))[:, 0]
 
 
 def graph_rows(index: faiss.Index | None, vectors: np.ndarray) -> np.ndarray:

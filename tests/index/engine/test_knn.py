@@ -111,9 +111,13 @@ def test_rows_at_an_unaligned_address_are_gathered_whole_as_their_own_bytes() ->
     ids = np.array([[3, 39, 0], [-1, 7, 7]])
     for source in (matrix, unaligned):
         records = row_records(source)
-        assert records.shape == (40,)
+        assert records.shape == (40,) and np.shares_memory(records, source)
         gathered = records[ids].view(np.float32).reshape(2, 3, 50)
         assert gathered.tobytes() == matrix[ids].tobytes()
+    every_other = matrix[::2]  # rows apart in memory, each row's values side by side: still a view
+    assert np.shares_memory(row_records(every_other), matrix)
+    assert row_records(every_other)[[4, 0]].tobytes() == every_other[[4, 0]].tobytes()
+    assert row_records(matrix[:, ::2])[[1]].tobytes() == matrix[[1], ::2].tobytes()  # values apart: a copy
 
 
 def test_one_vector_is_made_a_unit_query_as_a_batch_row_is() -> None:

@@ -309,7 +309,7 @@ class Searcher:
             plans = [jobs[p].plan for p in positions]
             first = plans[0]
             try:
-                queries = first.search.queries if len(plans) == 1 else np.vstack([p.search.queries for p in plans])
+                queries = first.search.queries if len(plans) == 1 else np.concatenate([p.search.queries for p in plans])
                 scores, ids = first.table.knn(queries, first.fetch, first.search.options)
             except Exception as exc:  # handed to the requests, raised there
                 for p in positions:

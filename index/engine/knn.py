@@ -260,10 +260,23 @@ def index_top(
     the same found by any index or exactly, and equal to a written copy of it, and equal scores go by id, at the
     ``k``-th place too (rows of equal codes come in FAISS's order, often the last first)."""
     _, ids = index.search(queries, min(max(k, width) * rerank, index.ntotal), params=params)
-    scores = candidate_products(queries, vectors, ids)
-    order = np.lexsort((ids, -scores), axis=1)[:, :k]
-    at = np.arange(len(ids))[:, None]
-    return scores[at, order], ids[at, order]
+    return best_scored(candidate_products(queries, vectors, ids), ids, k)
+
+
+def best_scored(scores: np.ndarray, ids: np.ndarray, k: int) -> Hits:
+    """The ``k`` best of each row of candidates (``scores``, their ``ids``), best first, equal scores by id: the
+    order of ``np.lexsort((ids, -scores), axis=1)``. A stable sort of the scores alone gives that order whenever no
+    two of a row's scores are equal, which the sorted scores show (equal ones end up side by side); lexsort, several
+    times slower on a graph search's candidates (BENCHMARKS.md, "HTTP floors: the candidates ranked by their scores
+    alone"), runs only for a batch with a tie."""
+    count, width = scores.shape
+    order = np.argsort(-scores, axis=1, kind="stable")
+    at = order + np.arange(0, count * width, width)[:, None]  # places in the flattened rows
+    ranked = scores.ravel()[at]
+    if (ranked[:, 1:] == ranked[:, :-1]).any():
+        at = np.lexsort((ids, -scores), axis=1) + np.arange(0, count * width, width)[:, None]
+    at = at[:, :k]
+    return scores.ravel()[at], ids.ravel()[at]
 
 
 def index_knn(
@@ -298,17 +311,28 @@ def candidate_products(queries: np.ndarray, vectors: np.ndarray, ids: np.ndarray
     ``RESCORED_BYTES`` of gathered rows at a time: NumPy runs it without the interpreter lock, which a loop over the
     queries would hold while the event loop waits for it."""
     count, width = ids.shape
+    dim = vectors.shape[1]
     padded = -(-width // TAIL_BLOCK) * TAIL_BLOCK
-    step = max(1, RESCORED_BYTES // (padded * vectors.shape[1] * 4))
+    step = max(1, RESCORED_BYTES // (padded * dim * 4))
     scores = np.empty((count, width), dtype=np.float32)
+    records = row_records(vectors)
     for start in range(0, count, step):
         part = ids[start : start + step]
-        rows = np.zeros((len(part), padded, vectors.shape[1]), dtype=np.float32)
-        rows[:, :width] = vectors[part]
+        rows = np.zeros((len(part), padded, dim), dtype=np.float32)
+        rows[:, :width] = records[part].view(vectors.dtype).reshape(len(part), width, dim)
         products = np.matmul(queries[start : start + step, None, :], rows.transpose(0, 2, 1))
         scores[start : start + step] = products[:, 0, :width]
     scores[ids < 0] = -np.inf  # after every hit
     return scores
+
+
+def row_records(vectors: np.ndarray) -> np.ndarray:
+    """The rows of ``vectors`` as one item of bytes each (a 1-D array of ``np.void``), so that a gather copies each
+    row at once: a mapped graph's copy of the rows (:func:`graph_rows`) is not 4-byte aligned, and NumPy gathers its
+    rows' values one by one through a buffer, about twice as long (BENCHMARKS.md, "HTTP floors: the candidates
+    ranked by their scores alone")."""
+    rows = vectors if vectors.strides[1] == vectors.itemsize else np.ascontiguousarray(vectors)  # rows of any stride
+    return rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize)))[:, 0]
 
 
 def graph_rows(index: faiss.Index | None, vectors: np.ndarray) -> np.ndarray:

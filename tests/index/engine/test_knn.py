@@ -11,6 +11,7 @@ from index.engine.knn import (
     FLOAT32_MAX,
     TAIL_BLOCK,
     best_of,
+    best_scored,
     deep_params,
     exact_knn,
     filtered_params,
@@ -18,6 +19,7 @@ from index.engine.knn import (
     graph_rows,
     index_top,
     inner_products,
+    row_records,
     search_width,
     searched_index,
     set_search_params,
@@ -70,6 +72,52 @@ def test_a_score_vector_s_best_go_by_id_among_equal_scores() -> None:
         got = top_k(scores, k, exclude)
         ranked = sorted((-s, i) for i, s in enumerate(scores.tolist()) if i not in exclude and s > -np.inf)
         assert got == [(i, -s) for s, i in ranked[: min(k, len(ranked))]], k
+
+
+def test_candidates_are_ranked_by_score_then_id_as_lexsort_ranks_them() -> None:
+    """``best_scored`` (every index search's order of its scored candidates) keeps lexsort's order of (score
+    descending, id ascending) bit for bit: rows of distinct scores, rows of equal scores (ties at any place, 0.0
+    beside -0.0), padding (id -1 at -inf), any k."""
+    rng = np.random.default_rng(7)
+    cases = 0
+    for trial in range(600):
+        count, width = int(rng.integers(1, 9)), int(rng.integers(1, 70))
+        if trial % 3:  # few distinct values: ties in most rows
+            scores = (rng.integers(-3, 4, (count, width)) / 4).astype(np.float32)
+            scores[rng.random((count, width)) < 0.3] *= -1  # 0.0 and -0.0 side by side
+        else:
+            scores = rng.normal(size=(count, width)).astype(np.float32)
+        ids = np.stack([rng.permutation(10 * width)[:width] for _ in range(count)]).astype(np.int64)
+        padding = rng.random((count, width)) < 0.1
+        ids[padding], scores[padding] = -1, -np.inf
+        for k in {1, min(5, width), width}:
+            order = np.lexsort((ids, -scores), axis=1)[:, :k]
+            at = np.arange(count)[:, None]
+            got = best_scored(scores, ids, k)
+            assert got[0].tobytes() == scores[at, order].tobytes(), (trial, k)
+            assert got[1].tobytes() == ids[at, order].tobytes(), (trial, k)
+            cases += 1
+    assert cases > 1_500
+
+
+def test_rows_at_an_unaligned_address_are_gathered_whole_as_their_own_bytes() -> None:
+    """``row_records`` (how candidates' rows are gathered) gives each row's bytes as one item, also for rows that
+    start off a 4-byte boundary, as a mapped graph's copy does: gathered, they are the rows' values bit for bit."""
+    matrix = rows(40)
+    raw = np.zeros(matrix.nbytes + 2, dtype=np.uint8)
+    raw[2:] = matrix.view(np.uint8).ravel()
+    unaligned = raw[2:].view(np.float32).reshape(matrix.shape)
+    assert not unaligned.flags.aligned
+    ids = np.array([[3, 39, 0], [-1, 7, 7]])
+    for source in (matrix, unaligned):
+        records = row_records(source)
+        assert records.shape == (40,) and np.shares_memory(records, source)
+        gathered = records[ids].view(np.float32).reshape(2, 3, 50)
+        assert gathered.tobytes() == matrix[ids].tobytes()
+    every_other = matrix[::2]  # rows apart in memory, each row's values side by side: still a view
+    assert np.shares_memory(row_records(every_other), matrix)
+    assert row_records(every_other)[[4, 0]].tobytes() == every_other[[4, 0]].tobytes()
+    assert row_records(matrix[:, ::2])[[1]].tobytes() == matrix[[1], ::2].tobytes()  # values apart: a copy
 
 
 def test_one_vector_is_made_a_unit_query_as_a_batch_row_is() -> None:

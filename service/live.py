@@ -153,9 +153,19 @@ class Live:
         if new_inode == inode:
             return
         held = max(records[-1].seq if records else 0, self.delta.covered)  # what the log and the version hold
+        if held >= before:  # some of those records may be the replaced file's only, which is no longer the log
+            held = max(self._last_in(read, new_inode), self.delta.covered)
         if held < before and self._read_again(read, new_inode, before):
             return
         self._check_reach(before, records)
+
+    def _last_in(self, read: Reader, inode: int) -> int:
+        """The sequence of the last record of the log file ``inode`` alone, read from its start (0: none)."""
+        try:
+            records = read(0, 0, inode)[0]
+        except (store.LogCorrupt, store.LogMismatch) as exc:
+            raise self._refused(exc) from None
+        return records[-1].seq if records else 0
 
     def _read_again(self, read: Reader, inode: int | None, before: int) -> bool:
         """The log (file ``inode``) read again from its start into a new delta over the loaded version, as a load

@@ -145,7 +145,9 @@ class Live:
         try:
             records, offset, new_inode = read(self.delta.offset, self.delta.last, inode)
         except (store.LogCorrupt, store.LogMismatch) as exc:  # damage, or no record where this state stopped
-            if same and self._read_again(read, inode, before):
+            # damage past where it stopped: the bytes there still start a record, the log was not written anew
+            further = isinstance(exc, store.LogCorrupt) and exc.at is not None and exc.at > self.delta.offset
+            if same and not further and self._read_again(read, inode, before):
                 return
             raise self._refused(exc) from None
         self._apply(records)

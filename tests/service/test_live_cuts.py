@@ -250,3 +250,32 @@ def test_a_log_replaced_by_hand_after_a_cut_that_kept_the_writes_read_is_read_ag
     empty.replace(path)
     assert written(idle, 3) == [False] * 3
     assert idle.delta.seq == 0
+
+
+def test_a_record_damaged_past_where_a_worker_read_is_refused_without_the_log_read_again_from_its_start(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes 4 to 6 after a worker read 1 to 3, the fifth damaged (a good record after it): the bytes where the
+    worker stopped still start a record, so the log was not emptied and written again. Each read answers 503 from
+    where the worker stopped, as before, and never reads the whole log again from its start, which every request
+    to the table would otherwise do, under the lock, for as long as the damage lasts."""
+    data, path = lee_with_log(lee_data_dir, tmp_path)
+    state = attached(data)
+    append(path, lee_docs, 0, 3)
+    assert written(state, 3) == [True] * 3
+    append(path, lee_docs, 3, 3)
+    records = recovered(path)
+    damaged = bytearray(path.read_bytes())
+    damaged[records[4].end - 5] ^= 0x10
+    path.write_bytes(bytes(damaged))
+    starts: list[int] = []
+    read_new = writelog.read_new
+
+    def read(path: Path, start: int, previous: int, inode: int | None) -> tuple[list[writelog.Record], int, int]:
+        starts.append(start)
+        return read_new(path, start, previous, inode)
+
+    monkeypatch.setattr("index.store.read_new", read)  # as the worker reads it
+    assert f"record at byte {records[4].offset} (after sequence number 4) is damaged" in refused(state)
+    assert f"record at byte {records[4].offset} (after sequence number 4) is damaged" in refused(state)
+    assert starts == [records[3].offset] * 2

@@ -145,7 +145,9 @@ class Live:
         try:
             records, offset, new_inode = read(self.delta.offset, self.delta.last, inode)
         except (store.LogCorrupt, store.LogMismatch) as exc:  # damage, or no record where this state stopped
-            if same and self._read_again(read, inode, before):
+            # damage past where it stopped: the bytes there still start a record, the log was not written anew
+            further = isinstance(exc, store.LogCorrupt) and exc.at is not None and exc.at > self.delta.offset
+            if same and not further and self._read_again(read, inode, before):
                 return
             raise self._refused(exc) from None
         self._apply(records)
@@ -153,9 +155,19 @@ class Live:
         if new_inode == inode:
             return
         held = max(records[-1].seq if records else 0, self.delta.covered)  # what the log and the version hold
+        if held >= before:  # some of those records may be the replaced file's only, which is no longer the log
+            held = max(self._last_in(read, new_inode), self.delta.covered)
         if held < before and self._read_again(read, new_inode, before):
             return
         self._check_reach(before, records)
+
+    def _last_in(self, read: Reader, inode: int) -> int:
+        """The sequence of the last record of the log file ``inode`` alone, read from its start (0: none)."""
+        try:
+            records = read(0, 0, inode)[0]
+        except (store.LogCorrupt, store.LogMismatch) as exc:
+            raise self._refused(exc) from None
+        return records[-1].seq if records else 0
 
     def _read_again(self, read: Reader, inode: int | None, before: int) -> bool:
         """The log (file ``inode``) read again from its start into a new delta over the loaded version, as a load

@@ -261,8 +261,10 @@ class Table:
     @classmethod
     def load(cls, directory: Path, checksums: bool = True) -> Table:
         """Map a table read-only after checking its files against the manifest; a shard's place in its sharded table
-        read from the manifest beside it (a table of a data directory has none: one look)."""
-        return cls.load_with(directory, checksums, place=shardmap.place(directory))
+        read from the manifest beside it (a table of a data directory has none: one look), within the load that
+        :func:`one_version` checks, so that it is the loaded version's."""
+        directory = Path(directory)
+        return one_version(directory, lambda: cls._load_once(directory, checksums, None, shardmap.place(directory)))
 
     @classmethod
     def load_with(

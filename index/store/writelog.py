@@ -68,6 +68,10 @@ LONG_INTEGER = re.compile(rb"[\[,:]\s*-?[1-9][0-9]{18}")
 class LogCorrupt(ArtifactError):
     """A record in the middle of a table's log is damaged: the table is not served until it is repaired."""
 
+    def __init__(self, message: str, at: int | None = None) -> None:
+        super().__init__(message)
+        self.at = at  # the byte the damaged record starts at, when a scan found it (None: not said)
+
 
 class LogMismatch(ArtifactError):
     """A table's log does not fit its version: a record of another schema (the table was imported again over writes
@@ -351,13 +355,15 @@ def scan(
             if parsed not in (NOT_JSON, NOT_OBJECT) and isinstance(_parse(data, at, 0, body=False), Record):
                 raise LogCorrupt(
                     f"record at byte {base + at} (after {after}) is damaged: {parsed}; it is whole and checksummed, "
-                    "so it is not a torn tail"
+                    "so it is not a torn tail",
+                    base + at,
                 )
             later = _good_frame_after(data, at + 1)
             if later is not None:
                 raise LogCorrupt(
                     f"record at byte {base + at} (after {after}) is damaged: {parsed}; good records follow at byte "
-                    f"{base + later}, so it is not a torn tail"
+                    f"{base + later}, so it is not a torn tail",
+                    base + at,
                 )
             return records, at, parsed
         at = parsed.end

@@ -229,3 +229,53 @@ def test_a_worker_behind_a_log_emptied_by_hand_and_written_past_where_it_read_re
     assert path.stat().st_size > read and read not in [record.offset for record in recovered(path)]
     assert written(idle, 16) == [False] * 10 + [True] * 6
     assert idle.delta.seq == 6
+
+
+def test_a_log_replaced_by_hand_after_a_cut_that_kept_the_writes_read_is_read_again_from_its_start(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path
+) -> None:
+    """A worker read writes 1 to 3 from a log a compaction's cut made, which kept them (written during the
+    compaction): the file that cut replaced holds them too. The log is then replaced by hand by an empty file,
+    the version left as it is: the log and the version no longer hold those writes, only the replaced file does,
+    which is no longer the log. The worker reads the log again from its start (none of the three) rather than keep
+    them, which would number its next write 4 and leave a gap that refuses the table at the next start."""
+    data, path = lee_with_log(lee_data_dir, tmp_path)
+    idle = attached(data)
+    append(path, lee_docs, 0, 3)  # 1..3: k/0..k/2
+    assert written(idle, 3) == [True] * 3
+    previous = writelog.previous_path(path)
+    previous.write_bytes(path.read_bytes())  # the file the cut replaced: another file, holding 1..3 too
+    empty = path.with_name("empty")
+    empty.touch()  # made while the log is there: another inode, never the log's own again
+    empty.replace(path)
+    assert written(idle, 3) == [False] * 3
+    assert idle.delta.seq == 0
+
+
+def test_a_record_damaged_past_where_a_worker_read_is_refused_without_the_log_read_again_from_its_start(
+    lee_data_dir: Path, lee_docs: Lee, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes 4 to 6 after a worker read 1 to 3, the fifth damaged (a good record after it): the bytes where the
+    worker stopped still start a record, so the log was not emptied and written again. Each read answers 503 from
+    where the worker stopped, as before, and never reads the whole log again from its start, which every request
+    to the table would otherwise do, under the lock, for as long as the damage lasts."""
+    data, path = lee_with_log(lee_data_dir, tmp_path)
+    state = attached(data)
+    append(path, lee_docs, 0, 3)
+    assert written(state, 3) == [True] * 3
+    append(path, lee_docs, 3, 3)
+    records = recovered(path)
+    damaged = bytearray(path.read_bytes())
+    damaged[records[4].end - 5] ^= 0x10
+    path.write_bytes(bytes(damaged))
+    starts: list[int] = []
+    read_new = writelog.read_new
+
+    def read(path: Path, start: int, previous: int, inode: int | None) -> tuple[list[writelog.Record], int, int]:
+        starts.append(start)
+        return read_new(path, start, previous, inode)
+
+    monkeypatch.setattr("index.store.read_new", read)  # as the worker reads it
+    assert f"record at byte {records[4].offset} (after sequence number 4) is damaged" in refused(state)
+    assert f"record at byte {records[4].offset} (after sequence number 4) is damaged" in refused(state)
+    assert starts == [records[3].offset] * 2

@@ -157,6 +157,34 @@ def test_a_shard_keeps_the_place_of_its_own_version_once_its_table_is_imported_a
     assert loaded.place is not None and loaded.place.identity == mine
 
 
+def test_a_shard_loaded_alone_as_its_table_is_imported_again_has_the_place_of_the_version_it_loaded(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sharded table imported again just after a shard's load read its place, before it read the shard's
+    files: the load answers the new import's shard with the new import's place, never the place of one import
+    with the files of the other."""
+    data = tmp_path / "data"
+    shutil.copytree(data_dir / "lee3", data / "lee3", copy_function=os.link)
+    shard = data / "lee3" / shardmap.shard_name(1)
+    read_place, reads = shardmap.place, 0
+
+    def place_read(directory: Path) -> shardmap.Place | None:
+        nonlocal reads
+        reads += 1
+        found = read_place(directory)
+        if reads == 1:
+            imported_again(data / "lee3")
+        return found
+
+    monkeypatch.setattr(shardmap, "place", place_read)
+    loaded = Table.load(shard, checksums=False)
+    monkeypatch.undo()
+    assert loaded.identity == artifact.directory_identity(shard)  # the new import's shard
+    assert loaded.place == shardmap.place(shard)
+    assert loaded.place is not None and loaded.place.identity == "imported-again"
+    assert reads > 1  # read again with the shard's files, once the publish was seen
+
+
 def test_a_sharded_table_reads_its_manifest_once_for_its_shards_places(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -242,10 +242,20 @@ def test_a_build_of_a_server_killed_outright_ends_and_publishes_nothing(
     try:
 
         def at_work() -> bool:
+            """The child stopped (SIGSTOP) while the server says it builds: then it cannot end before the test
+            kills the server, however fast the build; else it goes on until the next look."""
             nonlocal child
-            status = HTTP.get(f"{server.base}/readyz", timeout=10).json().get("building", {}).get("words", {})
             child = background_child(server.process.pid)
-            return status.get("state") == "running" and child is not None
+            if child is None:
+                return False
+            os.kill(child, signal.SIGSTOP)
+            real_server.wait_for(lambda: state(child) in ("T", "Z", ""), seconds=60, what="the build to stop")
+            status = HTTP.get(f"{server.base}/readyz", timeout=10).json().get("building", {}).get("words", {})
+            if status.get("state") == "running" and state(child) == "T":
+                return True
+            with contextlib.suppress(ProcessLookupError):  # ended: the next look finds no child
+                os.kill(child, signal.SIGCONT)
+            return False
 
         real_server.wait_for(at_work, seconds=240, what="the background build to run")
         assert child is not None

@@ -87,7 +87,7 @@ class Live:
         self.inode: int | None = None  # of the log file read (a compaction replaces it with a shorter one)
         self.behind = 0  # the sequence a newer version holds that the log no longer gives this worker (0: none)
         self.place = place  # of a shard, its version's: the ids it owns are the only ones it takes
-        self.loaded = loaded  # the directory of the version loaded (``Table.identity``), while in the table's place
+        self.loaded = loaded  # the directory of the version loaded (``Table.directory_id``), while in the table's place
 
     def refresh(self) -> Delta:
         """The delta with every record the log holds now applied (a stat when nothing was written). It is the state's
@@ -313,7 +313,7 @@ def _attach(table: Table, directory: Path, name: str = "") -> Live:
             counted(len(delta.documents), "document"),
             counted(int(delta.deleted.sum()), "row"),
         )
-    live = Live(delta, path, directory, table.manifest.get("files"), name, table.place, table.identity)
+    live = Live(delta, path, directory, table.manifest.get("files"), name, table.place, table.directory_id)
     live.inode = inode
     with _LOCK:
         _LIVE[table] = live

@@ -246,7 +246,7 @@ class Table:
         self.place = place  # a shard's place in its sharded table, as loaded (None: not a shard)
         # The directory loaded (device, inode; one_version checks it is the same after the load as before): another
         # is in its place once a version is published there
-        self.identity = artifact.directory_identity(directory)
+        self.directory_id = artifact.directory_identity(directory)
         self._filters: OrderedDict[str, RowSet] = OrderedDict()
         self._filters_lock = threading.Lock()
         self._derived: dict[str, Any] = {}  # what callers derive from the table's files (see cached)

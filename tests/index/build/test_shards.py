@@ -179,7 +179,7 @@ def test_a_shard_loaded_alone_as_its_table_is_imported_again_has_the_place_of_th
     monkeypatch.setattr(shardmap, "place", place_read)
     loaded = Table.load(shard, checksums=False)
     monkeypatch.undo()
-    assert loaded.identity == artifact.directory_identity(shard)  # the new import's shard
+    assert loaded.directory_id == artifact.directory_identity(shard)  # the new import's shard
     assert loaded.place == shardmap.place(shard)
     assert loaded.place is not None and loaded.place.identity == "imported-again"
     assert reads > 1  # read again with the shard's files, once the publish was seen

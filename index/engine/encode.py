@@ -121,8 +121,10 @@ def visible(word: str) -> bool:
 
 
 def printable(word: str) -> str:
-    """``word`` as a message names it: as it is, or quoted with its invisible characters escaped (``'a\\u200b'``)."""
-    return word if word.isprintable() else repr(word)
+    """``word`` as a message names it: as it is, or quoted with its invisible characters escaped (``'a\\u200b'``),
+    cut at :data:`PREVIEW_CHARS` as a text is."""
+    shown = word if len(word) <= PREVIEW_CHARS else word[:PREVIEW_CHARS] + "…"
+    return shown if shown.isprintable() else repr(shown)
 
 
 def listed(words: list[str], show: Callable[[str], str] = str) -> str:

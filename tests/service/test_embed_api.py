@@ -310,6 +310,18 @@ def test_openai_errors_in_openais_shape(
     assert (caught.value.type, caught.value.param, caught.value.code) == ("invalid_request_error", param, code)
 
 
+def test_a_long_unknown_word_is_named_by_its_start(oai: openai.OpenAI) -> None:
+    """A text of one unknown word as long as a text may be is named as the text is, by its first characters, not
+    echoed whole into the message the client raises."""
+    word = "q" * MAX_EMBED_CHARS
+    with pytest.raises(openai.BadRequestError) as caught:
+        oai.embeddings.create(model="glove", input=["heart", word])
+    start = word[:60] + "…"
+    assert openai_error(caught.value)["message"] == (
+        f"input[1] {start!r}: no word of it is known to table 'glove': unknown {start}"
+    )
+
+
 @pytest.mark.parametrize("model", ["nomic-embed-text:latest", "BAAI/bge-small-en-v1.5"])
 def test_a_model_that_is_no_table_name_is_named(oai: openai.OpenAI, model: str) -> None:
     """As ``POST /v1/embeddings`` names it, a slash too (the client puts it in the path as it is)."""

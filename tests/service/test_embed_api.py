@@ -247,6 +247,10 @@ def openai_error(exc: openai.APIStatusError) -> dict:
     return body["error"]
 
 
+NO_V1 = (
+    "no such path: OpenAI's paths here are /v1/embeddings and /v1/models: give OpenAI's client the server's "
+    "address with /v1 as its base_url (http://127.0.0.1:8000/v1)"
+)
 AZURE_VERSION = "2024-10-21"  # any: the server ignores it
 
 
@@ -320,6 +324,18 @@ def test_a_long_unknown_word_is_named_by_its_start(oai: openai.OpenAI) -> None:
     assert openai_error(caught.value)["message"] == (
         f"input[1] {start!r}: no word of it is known to table 'glove': unknown {start}"
     )
+
+
+def test_a_base_url_without_v1_is_told_so(server: real_server.Server) -> None:
+    """OpenAI's client given the server's address without ``/v1`` asks ``/embeddings`` and ``/models``: the 404
+    says what base_url to give it; any other missing path is still only missing."""
+    bare = openai.OpenAI(base_url=server.base, api_key="not-needed", max_retries=0)
+    for call in (lambda: bare.embeddings.create(model="glove", input="heart"), bare.models.list):
+        with pytest.raises(openai.NotFoundError) as caught:
+            call()
+        assert caught.value.response.json() == {"error": {"code": "not_found", "message": NO_V1}}
+    missing = real_server.HTTP.get(f"{server.base}/v1/v1/models")
+    assert missing.json() == {"error": {"code": "not_found", "message": "no such path"}}
 
 
 @pytest.mark.parametrize("model", ["nomic-embed-text:latest", "BAAI/bge-small-en-v1.5"])

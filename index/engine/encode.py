@@ -121,8 +121,10 @@ def visible(word: str) -> bool:
 
 
 def printable(word: str) -> str:
-    """``word`` as a message names it: as it is, or quoted with its invisible characters escaped (``'a\\u200b'``)."""
-    return word if word.isprintable() else repr(word)
+    """``word`` as a message names it: as it is, or quoted with its invisible characters escaped (``'a\\u200b'``),
+    cut at :data:`PREVIEW_CHARS` as a text is."""
+    shown = word if len(word) <= PREVIEW_CHARS else word[:PREVIEW_CHARS] + "…"
+    return shown if shown.isprintable() else repr(shown)
 
 
 def listed(words: list[str], show: Callable[[str], str] = str) -> str:
@@ -164,9 +166,10 @@ def unembedded(encoded: Encoded, i: int, label: str, content: str, whose: str, *
 
 def check_known(encoded: Encoded, texts: Sequence[str], whose: str, name: str, lone: bool = False) -> None:
     """A :class:`NoKnownWord` for the first of ``texts`` (called ``name[i]``, or ``name`` if it was sent ``lone``,
-    not in a list) that ``encoded`` made no vector of."""
+    not in a list) that ``encoded`` made no vector of, or that is blank: a transformer embeds one as [CLS] [SEP]
+    alone, which a static encoder has no vector for."""
     for i, tokens in enumerate(encoded.tokens):
-        if tokens == 0:
+        if tokens == 0 or not visible(texts[i]):
             raise unembedded(encoded, i, name if lone else f"{name}[{i}]", texts[i], whose, text=i)
 
 

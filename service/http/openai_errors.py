@@ -30,6 +30,11 @@ CODES: dict[str, str | None] = {
 }
 STATUSES = {"invalid_request": 400, "body_too_large": 400, "forbidden": 401}  # OpenAI's, where it differs
 PARAMS = {"unknown_table": "model"}
+# What OpenAI's client asks when its base_url lacks /v1 (``/embeddings``, ``/models``) is told so
+NO_V1 = (
+    "no such path: OpenAI's paths here are /v1/embeddings and /v1/models: give OpenAI's client the server's "
+    "address with /v1 as its base_url (http://127.0.0.1:8000/v1)"
+)
 
 
 def is_openai(path: str) -> bool:
@@ -85,14 +90,25 @@ def openai_error(status: int, body: bytes) -> tuple[int, bytes]:
     return STATUSES.get(code, status), orjson.dumps({"error": shaped})
 
 
+def without_v1(status: int, body: bytes) -> tuple[int, bytes]:
+    """The answer to a path an OpenAI client asks when its base_url lacks ``/v1``: a 404 says so, in the service's
+    envelope (the path is none of OpenAI's); any other answer is kept."""
+    if status != 404:
+        return status, body
+    return status, orjson.dumps({"error": {"code": "not_found", "message": NO_V1}})
+
+
 class OpenAIErrorsMiddleware:
-    """Rewrite error answers on the OpenAI-compatible paths into OpenAI's error shape."""
+    """Rewrite error answers on the OpenAI-compatible paths into OpenAI's error shape (and the 404 of one asked
+    without ``/v1`` into one saying so)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not is_openai(scope["path"]):
+        path = scope["path"] if scope["type"] == "http" else ""
+        reshape = openai_error if is_openai(path) else without_v1 if is_openai(f"/v1{path}") else None
+        if reshape is None:
             await self.app(scope, receive, send)
             return
         start: Message | None = None
@@ -109,7 +125,7 @@ class OpenAIErrorsMiddleware:
             chunks.append(message.get("body", b""))
             if message.get("more_body", False):
                 return
-            status, body = openai_error(start["status"], b"".join(chunks))
+            status, body = reshape(start["status"], b"".join(chunks))
             headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
             length = (b"content-length", str(len(body)).encode())
             await send({**start, "status": status, "headers": [*headers, length]})

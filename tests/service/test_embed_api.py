@@ -247,6 +247,10 @@ def openai_error(exc: openai.APIStatusError) -> dict:
     return body["error"]
 
 
+NO_V1 = (
+    "no such path: OpenAI's paths here are /v1/embeddings and /v1/models: give OpenAI's client the server's "
+    "address with /v1 as its base_url (http://127.0.0.1:8000/v1)"
+)
 AZURE_VERSION = "2024-10-21"  # any: the server ignores it
 
 
@@ -308,6 +312,30 @@ def test_openai_errors_in_openais_shape(
     assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, code)
     assert message in error["message"] and message in str(caught.value)
     assert (caught.value.type, caught.value.param, caught.value.code) == ("invalid_request_error", param, code)
+
+
+def test_a_long_unknown_word_is_named_by_its_start(oai: openai.OpenAI) -> None:
+    """A text of one unknown word as long as a text may be is named as the text is, by its first characters, not
+    echoed whole into the message the client raises."""
+    word = "q" * MAX_EMBED_CHARS
+    with pytest.raises(openai.BadRequestError) as caught:
+        oai.embeddings.create(model="glove", input=["heart", word])
+    start = word[:60] + "…"
+    assert openai_error(caught.value)["message"] == (
+        f"input[1] {start!r}: no word of it is known to table 'glove': unknown {start}"
+    )
+
+
+def test_a_base_url_without_v1_is_told_so(server: real_server.Server) -> None:
+    """OpenAI's client given the server's address without ``/v1`` asks ``/embeddings`` and ``/models``: the 404
+    says what base_url to give it; any other missing path is still only missing."""
+    bare = openai.OpenAI(base_url=server.base, api_key="not-needed", max_retries=0)
+    for call in (lambda: bare.embeddings.create(model="glove", input="heart"), bare.models.list):
+        with pytest.raises(openai.NotFoundError) as caught:
+            call()
+        assert caught.value.response.json() == {"error": {"code": "not_found", "message": NO_V1}}
+    missing = real_server.HTTP.get(f"{server.base}/v1/v1/models")
+    assert missing.json() == {"error": {"code": "not_found", "message": "no such path"}}
 
 
 @pytest.mark.parametrize("model", ["nomic-embed-text:latest", "BAAI/bge-small-en-v1.5"])

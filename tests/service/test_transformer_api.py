@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from index.engine.encode import encoder_for
+from index.engine.encode import encoder_for, visible
 from index.engine.table import Table
 from service.registry import Registry
 from service_client import AsyncClient, Client
@@ -153,7 +153,7 @@ def test_embed_runs_the_model(client: TestClient, st: Table) -> None:
 
 def test_openai_client_gets_sentence_transformers_vectors(server: real_server.Server, recorded: dict[str, Any]) -> None:
     oai = openai.OpenAI(base_url=f"{server.base}/v1", api_key="not-needed", max_retries=0)
-    chosen = [i for i, text in enumerate(recorded["texts"]) if text]  # the API refuses an empty string
+    chosen = [i for i, text in enumerate(recorded["texts"]) if visible(text)]  # the API refuses a blank text
     texts = [recorded["texts"][i] for i in chosen]
     answer = oai.embeddings.create(model="st", input=texts)  # the client asks for base64 and decodes it
     assert answer.model == "st" and [item.index for item in answer.data] == list(range(len(texts)))
@@ -181,6 +181,24 @@ def test_text_queries_in_every_mode(client: TestClient, data_dir: Path, st: Tabl
     assert results[1]["hits"] == keyword["hits"]
     record = client.get("/v1/tables/lee").json()["documents"]["encoder"]
     assert record["table"] == "st" and record["graph_sha256"] == st.graph_sha256
+
+
+@pytest.mark.parametrize("blank", [" ", "\u200b", "\x00 \u200b"])
+def test_a_blank_text_is_not_embedded(server: real_server.Server, blank: str) -> None:
+    """As a blank text query is no query (below), a blank text is no text to embed, on ``.../embed`` and through
+    OpenAI's client, as a word table refuses it: the model would embed it as [CLS] [SEP] alone. A text of an unknown
+    piece alone is embedded."""
+    oai = openai.OpenAI(base_url=f"{server.base}/v1", api_key="not-needed", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as refused:
+        oai.embeddings.create(model="st", input=["a heart", blank])
+    assert (refused.value.param, refused.value.code) == ("input[1]", None)
+    assert refused.value.response.json()["error"]["message"] == f"input[1] {blank!r} has no words to embed"
+    with pytest.raises(openai.BadRequestError) as alone:
+        oai.embeddings.create(model="st", input=blank)
+    assert alone.value.param == "input" and f"input {blank!r} has no words to embed" in alone.value.message
+    embed = real_server.HTTP.post(f"{server.base}/v1/tables/st/embed", json={"texts": [blank]})
+    assert embed.status_code == 422 and embed.json()["error"]["message"] == f"texts[0] {blank!r} has no words to embed"
+    assert len(oai.embeddings.create(model="st", input="\U0001f642").data) == 1
 
 
 def test_a_blank_text_query_is_no_query(client: TestClient) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from index.build.sources import RawTable
 from service import temp_dirs
-from service.restarts import MAX_WAIT_SECONDS, RestartWaits
+from service.restarts import FIRST_WAIT_SECONDS, MAX_WAIT_SECONDS, RestartWaits
 from service.temp_dirs import INDEX_STATUS, METRICS
 from tests.service.real_server import HTTP, Server, start, wait_for, workers_started
 from tests.service.test_reload import V1, V2, build
@@ -170,20 +170,22 @@ def test_a_worker_that_dies_at_its_start_is_replaced_less_and_less_often(served:
 
     served.key_file.rename(aside)
     mark = len(server.log())
-    unseen = time.monotonic()  # the last time the wait of 8 s was not begun: its line comes after this
-    next(w for w in workers(server) if w.pid != other.pid).kill()  # its slot's wait goes on doubling: 4 s, then 8 s
+    fifth = FIRST_WAIT_SECONDS * 2**4  # the slot's fifth wait, the one the supervisor is in when it is stopped
+    line = f"replacing it in {fifth:.1f} s"
+    unseen = time.monotonic()  # the last look that found the fifth wait not begun: its line comes after this
+    next(w for w in workers(server) if w.pid != other.pid).kill()  # its slot's wait goes on doubling, to the fifth
     deadline = unseen + 60
     while True:
         looked = time.monotonic()
-        if "replacing it in 8.0 s" in server.log()[mark:]:
+        if line in server.log()[mark:]:
             break
         unseen = looked
-        assert looked < deadline, "timed out after 60s waiting for a wait of 8 s"
+        assert looked < deadline, f"timed out after 60s waiting for {line!r}"
         time.sleep(0.05)
     server.process.send_signal(signal.SIGTERM)
     assert server.process.wait(timeout=60) in (0, -signal.SIGTERM)
-    # a supervisor that waited out the slot's wait before handling SIGTERM exits 8 s after its line at the soonest
-    assert time.monotonic() - unseen < 8
+    # a supervisor that waited out the slot's wait before handling SIGTERM exits that wait after its line at the soonest
+    assert time.monotonic() - unseen < fifth
     aside.rename(served.key_file)
 
 
